@@ -1,0 +1,176 @@
+"""The traced program as plain data: what inductor decided, owned by aotcombo.
+
+Nothing here refers to a live inductor object. The trace stage fills these in,
+the plan and codegen stages read them; every class is a frozen dataclass of
+builtins, so a graph can be pickled, hashed, diffed and printed.
+
+A program is a straight-line list of ``Op``s over named values. A value is a
+tensor (graph input, allocation, view) or the tuple an extern call returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: str  # torch dtype name without the prefix: "float32", "bfloat16", ...
+    storage_offset: int = 0
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A reference to a named value inside an op's arguments."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Input:
+    """A graph input: a model weight (``kind='weight'``, ``key`` its state-dict
+    name) or a user input (``kind='user'``, ``key`` its flat position)."""
+
+    name: str
+    spec: TensorSpec
+    kind: str
+    key: str | int
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One fused scheduler node, as the Triton kernel inductor wrote for it."""
+
+    name: str
+    source: str  # the ``@triton.jit`` function, decorator included
+    heuristic: str  # pointwise | reduction | persistent_reduction | ...
+    signature: tuple[tuple[str, str], ...]  # (param, triton type) incl. constexprs
+    constants: tuple[tuple[str, Any], ...]
+    divisible_by_16: tuple[str, ...]  # params inductor specialised as 16-aligned
+    numels: tuple[tuple[str, int], ...]  # ("x", 4096), ("r0_", 768), ...
+    reduction_hint: str | None
+    mutated: tuple[str, ...]  # params written in place (in_out_ptr*)
+    no_x_dim: bool = False
+
+    @property
+    def numel(self) -> dict[str, int]:
+        return dict(self.numels)
+
+    @property
+    def is_reduction(self) -> bool:
+        return any(k.startswith("r") for k, _ in self.numels)
+
+    @property
+    def pointer_params(self) -> list[str]:
+        return [p for p, t in self.signature if t.startswith("*")]
+
+    @property
+    def block_params(self) -> list[str]:
+        return [p for p, t in self.signature if t == "constexpr"]
+
+
+# --- ops: one step of the program each ----------------------------------------
+
+
+@dataclass(frozen=True)
+class Alloc:
+    out: str
+    spec: TensorSpec
+
+
+@dataclass(frozen=True)
+class View:
+    """``out = base.as_strided(spec)``: reinterpretation of existing storage."""
+
+    out: str
+    base: str
+    spec: TensorSpec
+
+
+@dataclass(frozen=True)
+class Extern:
+    """A call of a public torch op: ``out = torch.ops.<op>(*args, **kwargs)``.
+
+    ``args``/``kwargs`` hold builtins, ``Ref``s, lists/tuples of both, and
+    ``Const`` markers for dtypes/devices/layouts. ``writes`` names the values
+    whose storage the op mutates (``out=`` arguments, in-place ops)."""
+
+    op: str  # "aten::mm.out"
+    args: tuple
+    kwargs: tuple[tuple[str, Any], ...]
+    out: str | None
+    writes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Const:
+    """A torch constant that is not a builtin: ``torch.bfloat16``, a device..."""
+
+    kind: str  # dtype | device | layout | memory_format
+    value: str
+
+
+@dataclass(frozen=True)
+class GetItem:
+    out: str
+    base: str
+    index: int
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A launch of one traced kernel with its call arguments (values or ints)."""
+
+    kernel: str
+    args: tuple  # Ref | int | float, aligned with the kernel's runtime params
+
+
+Op = Alloc | View | Extern | GetItem | Launch
+
+
+@dataclass(frozen=True)
+class Graph:
+    """Everything the plan stage needs about one model for one arch."""
+
+    arch: int
+    inputs: tuple[Input, ...]
+    ops: tuple[Op, ...]
+    kernels: tuple[Kernel, ...]
+    outputs: tuple[str | None, ...]  # flat outputs, by value name
+    specs: tuple[tuple[str, TensorSpec], ...] = field(default=())  # every tensor value
+
+    def kernel(self, name: str) -> Kernel:
+        for k in self.kernels:
+            if k.name == name:
+                return k
+        raise KeyError(name)
+
+    @property
+    def spec(self) -> dict[str, TensorSpec]:
+        return dict(self.specs)
+
+
+def refs_in(value: Any) -> list[str]:
+    """Names of every ``Ref`` inside a (nested) argument value."""
+    if isinstance(value, Ref):
+        return [value.name]
+    if isinstance(value, (list, tuple)):
+        return [n for v in value for n in refs_in(v)]
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in refs_in(v)]
+    return []
+
+
+def replace(obj, **changes):
+    return dataclasses.replace(obj, **changes)

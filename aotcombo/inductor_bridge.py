@@ -1,0 +1,542 @@
+"""Every use of TorchInductor's private API, in one place.
+
+``trace(module, example_inputs, arch)`` runs the model through
+``torch.export`` and Inductor for device ``cuda`` on fake tensors, on a machine
+with no GPU, and returns the result as ``aotcombo.graph`` plain data.
+
+How: a *virtual GPU* stands in for the CUDA queries Inductor makes
+(capability, properties, rng state) and for Triton's active driver. Inductor
+is asked for its FX wrapper (``config.fx_wrapper``), whose converter already
+turns wrapper lines (allocations, views, extern calls, fallbacks) into an FX
+graph; we subclass it only where it would compile Triton kernels, recording
+the kernel source and a marker call instead. The FX graph is then read into
+``graph.Graph`` and the compile is stopped before Inductor loads any module.
+
+A torch upgrade should touch this file only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import operator
+import re
+import types
+from typing import Any, Iterator
+from unittest import mock
+
+import torch
+
+from . import graph as g
+from .errors import UnsupportedModelError
+
+SUPPORTED_TORCH = "2.14"
+
+
+# --- the virtual GPU ------------------------------------------------------------
+
+# Properties of a representative part for each arch. Inductor reads the SM
+# count for its heuristics (our fixed block rules do not), and the capability
+# to decide what the arch supports (bf16, fp8, ...).
+_PARTS = {
+    80: dict(name="A100 (virtual)", multi_processor_count=108, shared_memory_per_block_optin=166912),
+    86: dict(name="RTX A6000 (virtual)", multi_processor_count=84, shared_memory_per_block_optin=101376),
+    89: dict(name="L40S (virtual)", multi_processor_count=142, shared_memory_per_block_optin=101376),
+    90: dict(name="H100 (virtual)", multi_processor_count=132, shared_memory_per_block_optin=232448),
+    100: dict(name="B200 (virtual)", multi_processor_count=148, shared_memory_per_block_optin=232448),
+    120: dict(name="RTX 5090 (virtual)", multi_processor_count=170, shared_memory_per_block_optin=101376),
+}
+
+
+def _device_properties(arch: int) -> types.SimpleNamespace:
+    part = _PARTS.get(arch, _PARTS[90])
+    return types.SimpleNamespace(
+        major=arch // 10,
+        minor=arch % 10,
+        regs_per_multiprocessor=65536,
+        max_threads_per_multi_processor=2048 if arch < 100 else 1536,
+        max_threads_per_block=1024,
+        warp_size=32,
+        total_memory=80 * 2**30,
+        L2_cache_size=50 * 2**20,
+        gcnArchName="",
+        uuid="virtual",
+        **part,
+    )
+
+
+class _VirtualTritonDriver:
+    """Triton's ``driver.active`` for a GPU that is not there."""
+
+    def __init__(self, arch: int, props: types.SimpleNamespace):
+        from triton.backends.compiler import GPUTarget
+
+        self._target = GPUTarget("cuda", arch, 32)
+        props_dict = {
+            "max_shared_mem": props.shared_memory_per_block_optin,
+            "multiprocessor_count": props.multi_processor_count,
+            "max_num_regs": props.regs_per_multiprocessor,
+            "warpSize": 32,
+            "sm_clock_rate": 1_980_000,
+            "mem_clock_rate": 2_619_000,
+            "mem_bus_width": 5120,
+        }
+        self.utils = types.SimpleNamespace(get_device_properties=lambda device=0: props_dict)
+
+    def get_current_target(self):
+        return self._target
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_device_interface(self):
+        return torch.cuda
+
+    def get_active_torch_device(self):
+        return torch.device("cuda", 0)
+
+    def is_active(self):
+        return True
+
+
+@contextlib.contextmanager
+def virtual_gpu(arch: int) -> Iterator[None]:
+    """Make torch, dynamo, inductor and triton believe a GPU of ``arch`` is here."""
+    import triton
+    from torch._dynamo import device_interface as di
+    from torch._inductor.fx_passes import joint_graph
+    from torch._inductor.runtime.hints import DeviceProperties
+
+    props = _device_properties(arch)
+    capability = (props.major, props.minor)
+    noop = lambda *a, **k: None  # noqa: E731
+    cuda = "torch.cuda."
+    cuda_patches = {
+        "is_available": lambda: True,
+        "device_count": lambda: 1,
+        "current_device": lambda: 0,
+        "set_device": noop,
+        "synchronize": noop,
+        "_exchange_device": lambda d: 0,
+        "_maybe_exchange_device": lambda d: 0,
+        "get_device_capability": lambda d=None: capability,
+        "get_device_properties": lambda d=None: props,
+        "is_bf16_supported": lambda *a, **k: True,
+        "get_rng_state": lambda *a, **k: torch.zeros(16, dtype=torch.uint8),
+        "set_rng_state": noop,
+    }
+    interface_patches = {
+        "is_available": lambda: True,
+        "current_device": lambda: 0,
+        "device_count": lambda: 1,
+        "set_device": noop,
+        "synchronize": noop,
+        "get_device_properties": lambda d=None: props,
+        "get_compute_capability": lambda d=None: arch,
+        "is_bf16_supported": lambda *a, **k: True,
+        "exchange_device": lambda d: 0,
+        "maybe_exchange_device": lambda d: 0,
+    }
+    original_lazy_init = joint_graph.lazy_init
+    # What FakeTensorMode does by itself when it sees no GPU (it will see ours):
+    # a no-op CUDA device guard, and torch.tensor() literals kept on the CPU.
+    torch._C._ensureCUDADeviceGuardSet()
+    only_lift_cpu = torch._C._only_lift_cpu_tensors()
+    torch._C._set_only_lift_cpu_tensors(True)
+    with contextlib.ExitStack() as stack:
+        stack.callback(torch._C._set_only_lift_cpu_tensors, only_lift_cpu)
+        for name, fn in cuda_patches.items():
+            stack.enter_context(mock.patch(cuda + name, fn))
+        for name, fn in interface_patches.items():
+            stack.enter_context(mock.patch.object(di.CudaInterface, name, staticmethod(fn)))
+        for name in ("get_device_properties", "current_device"):
+            stack.enter_context(
+                mock.patch.object(di.CudaInterface.Worker, name, staticmethod(interface_patches[name]))
+            )
+        # Pattern-matcher setup traces example graphs on real tensors of the
+        # input device; the patterns themselves are device independent.
+        stack.enter_context(
+            mock.patch.object(
+                joint_graph,
+                "lazy_init",
+                lambda input_device=None, *a, **k: original_lazy_init(torch.device("cpu"), *a, **k),
+            )
+        )
+        DeviceProperties.create.cache_clear()
+        drivers = triton.runtime.driver
+        previous = drivers._active
+        drivers.set_active(_VirtualTritonDriver(arch, props))
+        try:
+            yield
+        finally:
+            drivers._active = previous
+            DeviceProperties.create.cache_clear()
+
+
+# --- export -------------------------------------------------------------------
+
+
+def _fake_cuda_module(module: torch.nn.Module, fake_mode) -> torch.nn.Module:
+    """A copy of ``module`` whose parameters and buffers are fake CUDA tensors."""
+    clone = copy.deepcopy(module)
+    with fake_mode:
+        for mod in clone.modules():
+            for key, p in list(mod._parameters.items()):
+                if p is not None:
+                    mod._parameters[key] = torch.nn.Parameter(_fake_like(p), requires_grad=False)
+            for key, b in list(mod._buffers.items()):
+                if b is not None:
+                    mod._buffers[key] = _fake_like(b)
+            for key, value in list(vars(mod).items()):
+                if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+                    setattr(mod, key, _fake_like(value))
+    return clone
+
+
+def _fake_like(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cuda")
+
+
+def _attention_for(arch: int):
+    """``F.scaled_dot_product_attention`` with its kernel chosen at build time.
+
+    On CUDA tensors the real function asks the device, from C++, which fused
+    kernel to run; a virtual GPU cannot answer. We make the same choice from
+    the arch: FlashAttention for fp16/bf16 without a mask (sm_80+, head dim a
+    multiple of 8 up to 256), memory-efficient attention otherwise, and the
+    math decomposition when neither applies.
+    """
+    aten = torch.ops.aten
+
+    def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if dropout_p != 0.0:
+            raise UnsupportedModelError(
+                "scaled_dot_product_attention with dropout_p > 0 is training-only",
+                fix="pass dropout_p=0.0 (or self.training and p or 0.0) in the model",
+            )
+        head_dim = q.shape[-1]
+        fused_ok = (
+            q.dim() == 4
+            and not enable_gqa
+            and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
+            and k.shape[-1] == head_dim == v.shape[-1]
+            and head_dim % 8 == 0
+        )
+        if fused_ok and attn_mask is None and q.dtype in (torch.float16, torch.bfloat16) and arch >= 80 and head_dim <= 256:
+            return aten._scaled_dot_product_flash_attention(q, k, v, 0.0, is_causal, False, scale=scale)[0]
+        if fused_ok and head_dim <= 512:
+            return aten._scaled_dot_product_efficient_attention(q, k, v, attn_mask, False, 0.0, is_causal, scale=scale)[0]
+        return aten._scaled_dot_product_attention_math(
+            q, k, v, attn_mask, 0.0, is_causal, scale=scale, enable_gqa=enable_gqa
+        )[0]
+
+    return attention
+
+
+def _export(module, example_inputs, fake_mode, arch):
+    fake_module = _fake_cuda_module(module, fake_mode)
+    with fake_mode:
+        fake_inputs = tuple(_fake_like(t) for t in example_inputs)
+        with torch.no_grad(), mock.patch.object(torch.nn.functional, "scaled_dot_product_attention", _attention_for(arch)):
+            return torch.export.export(fake_module, fake_inputs, strict=False)
+
+
+# --- capture ------------------------------------------------------------------
+
+
+def launch_marker(kernel_name: str, *args) -> None:
+    """Stands in the FX graph for a Triton kernel launch (FX's metadata hook
+    calls it on fake tensors; it does nothing)."""
+
+
+class _Captured(Exception):
+    def __init__(self, gm, kernels):
+        super().__init__("captured")
+        self.gm = gm
+        self.kernels = kernels
+
+
+_HEURISTIC = re.compile(r"@triton_heuristics\.(\w+)\(")
+_REDUCTION_HINT = re.compile(r"reduction_hint=ReductionHint\.(\w+)")
+_JIT = re.compile(r"^@triton\.jit\s*$", re.M)
+
+
+def _make_converter_class():
+    from torch._inductor.codegen.wrapper_fxir import FxConverter
+
+    class RecordingConverter(FxConverter):
+        """Inductor's FX converter, with Triton kernels recorded instead of compiled."""
+
+        def __post_init__(self):
+            super().__post_init__()
+            self.kernel_sources: dict[str, str] = {}
+            self.aot_kernels: dict[str, g.Kernel] = {}
+
+        def _generate_kernel_definition(self, line) -> None:
+            self.kernel_sources[line.kernel_name] = line.kernel_body
+
+        def _generate_triton_call(self, line) -> None:
+            name = line.kernel_name
+            if name not in self.aot_kernels:
+                self.aot_kernels[name] = _kernel_from_call(name, self.kernel_sources[name], line)
+            args = [int(a) if _is_int_expr(a) else a for a in line.call_args]
+            self.gm.graph.call_function(launch_marker, args=(name, *self._lookup_args(tuple(args))))
+
+    return RecordingConverter
+
+
+def _is_int_expr(value) -> bool:
+    import sympy
+
+    return isinstance(value, sympy.Integer)
+
+
+def _kernel_from_call(name: str, body: str, line) -> g.Kernel:
+    heuristic = _HEURISTIC.search(body)
+    jit = _JIT.search(body)
+    if heuristic is None or jit is None:
+        raise UnsupportedModelError(
+            f"Inductor emitted kernel {name} in a form aotcombo does not read "
+            "(no @triton_heuristics decorator): templates such as max-autotune "
+            "matmuls are not supported."
+        )
+    meta = line.triton_meta
+    signature = tuple(meta["signature"].items())
+    runtime_params = [p for p, t in signature if t != "constexpr"]
+    if len(runtime_params) != len(line.call_args):
+        raise UnsupportedModelError(
+            f"kernel {name}: {len(line.call_args)} call arguments for {len(runtime_params)} parameters"
+        )
+    numels = tuple(
+        (p[: -len("numel")], int(a)) for p, a in zip(runtime_params, line.call_args) if p.endswith("numel")
+    )
+    divisible = set()
+    for cfg in meta.get("configs", []):
+        for idx, attrs in cfg.items():
+            if any(a[0] == "tt.divisibility" for a in attrs):
+                divisible.add(signature[idx[0]][0])
+    hint = _REDUCTION_HINT.search(body)
+    inductor_meta = line.inductor_meta or {}
+    return g.Kernel(
+        name=name,
+        source=body[jit.start():],
+        heuristic=heuristic.group(1),
+        signature=signature,
+        constants=tuple(sorted(meta.get("constants", {}).items())),
+        divisible_by_16=tuple(p for p, _ in signature if p in divisible),
+        numels=numels,
+        reduction_hint=hint.group(1) if hint else None,
+        mutated=tuple(inductor_meta.get("mutated_arg_names", ())),
+        no_x_dim=bool(inductor_meta.get("no_x_dim")),
+    )
+
+
+def _install_capture():
+    from torch._inductor.codegen import wrapper_fxir
+
+    converter_cls = _make_converter_class()
+
+    def generate(self, is_inference):
+        self.run_wrapper_ir_passes(is_inference)
+        converter = converter_cls(
+            lines=self.lines,
+            prologue="",
+            graph_inputs=self.get_fx_graph_inputs(),
+            graph_outputs=self.get_graph_outputs(),
+            subgms=self.subgms,
+            is_subgraph=self.is_subgraph,
+        )
+        gm = converter.generate()
+        raise _Captured(gm, converter.aot_kernels)
+
+    return mock.patch.object(wrapper_fxir.WrapperFxCodegen, "_generate", generate)
+
+
+def _inductor_config():
+    from torch._inductor import config
+
+    return config.patch(
+        {
+            "fx_wrapper": True,
+            "allow_buffer_reuse": False,  # reuse would add false dependencies between kernels
+            "force_disable_caches": True,
+            "combo_kernels": False,  # aotcombo makes its own combos
+            "max_autotune": False,
+            "max_autotune_gemm": False,
+            "max_autotune_pointwise": False,
+            "coordinate_descent_tuning": False,
+            "freezing": False,
+            "compile_threads": 1,
+            "triton.cudagraphs": False,
+            "triton.autotune_at_compile_time": False,
+            "size_asserts": False,
+            "alignment_asserts": False,
+        }
+    )
+
+
+def _run_inductor(gm, fake_inputs):
+    from torch._inductor.compile_fx import compile_fx
+
+    try:
+        with _inductor_config(), _install_capture():
+            compile_fx(gm, fake_inputs)
+    except BaseException as exc:  # noqa: BLE001 - we look for our marker in the chain
+        seen = exc
+        while seen is not None:
+            if isinstance(seen, _Captured):
+                return seen.gm, seen.kernels
+            seen = seen.__cause__ or seen.__context__
+        raise
+    raise UnsupportedModelError("Inductor finished without producing a wrapper to capture")
+
+
+# --- FX wrapper graph -> aotcombo graph ---------------------------------------------
+
+
+def _spec(t: torch.Tensor) -> g.TensorSpec:
+    return g.TensorSpec(
+        shape=tuple(int(s) for s in t.shape),
+        stride=tuple(int(s) for s in t.stride()),
+        dtype=str(t.dtype).removeprefix("torch."),
+        storage_offset=int(t.storage_offset()),
+    )
+
+
+def _to_plain(value: Any) -> Any:
+    if isinstance(value, torch.fx.Node):
+        return g.Ref(value.name)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_plain(v) for v in value)
+    if isinstance(value, torch.dtype):
+        return g.Const("dtype", str(value).removeprefix("torch."))
+    if isinstance(value, torch.device):
+        return g.Const("device", value.type)
+    if isinstance(value, torch.layout):
+        return g.Const("layout", str(value).removeprefix("torch."))
+    if isinstance(value, torch.memory_format):
+        return g.Const("memory_format", str(value).removeprefix("torch."))
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if _is_int_expr(value):
+        return int(value)
+    raise UnsupportedModelError(f"cannot package argument {value!r} of type {type(value).__name__}")
+
+
+def _op_name(op: torch._ops.OpOverload) -> str:
+    return f"{op._schema.name}.{op._overloadname}"
+
+
+def _written_args(op: torch._ops.OpOverload, args, kwargs) -> list[str]:
+    written = []
+    for i, arg in enumerate(op._schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = kwargs.get(arg.name, args[i] if i < len(args) and not arg.kwarg_only else None)
+        written += g.refs_in(_to_plain(value))
+    return written
+
+
+def _graph_from_fx(gm, kernels, input_meta, arch) -> g.Graph:
+    ops: list[g.Op] = []
+    inputs: list[g.Input] = []
+    specs: dict[str, g.TensorSpec] = {}
+    outputs: tuple = ()
+    placeholders = iter(input_meta)
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            specs[node.name] = _spec(val)
+        if node.op == "placeholder":
+            kind, key = next(placeholders)
+            inputs.append(g.Input(node.name, specs[node.name], kind, key))
+        elif node.op == "output":
+            result = node.args[0]
+            result = result if isinstance(result, (list, tuple)) else [result]
+            outputs = tuple(r.name if r is not None else None for r in result)
+        elif node.op != "call_function":
+            raise UnsupportedModelError(f"unexpected wrapper node {node.format_node()}")
+        elif node.target is launch_marker:
+            ops.append(g.Launch(node.args[0], tuple(_to_plain(a) for a in node.args[1:])))
+        elif node.target is torch.empty_strided:
+            ops.append(g.Alloc(node.name, specs[node.name]))
+        elif node.target is torch.as_strided:
+            ops.append(g.View(node.name, node.args[0].name, specs[node.name]))
+        elif node.target is operator.getitem:
+            ops.append(g.GetItem(node.name, node.args[0].name, int(node.args[1])))
+        elif isinstance(node.target, torch._ops.OpOverload):
+            op = node.target
+            ops.append(
+                g.Extern(
+                    op=_op_name(op),
+                    args=_to_plain(tuple(node.args)),
+                    kwargs=tuple((k, _to_plain(v)) for k, v in node.kwargs.items()),
+                    out=node.name if node.users or not op._schema.returns == [] else None,
+                    writes=tuple(_written_args(op, node.args, node.kwargs)),
+                )
+            )
+        else:
+            raise UnsupportedModelError(
+                f"the compiled program calls {getattr(node.target, '__name__', node.target)!r}, "
+                "which aotcombo cannot package"
+            )
+    return g.Graph(
+        arch=arch,
+        inputs=tuple(inputs),
+        ops=tuple(ops),
+        kernels=tuple(kernels.values()),
+        outputs=outputs,
+        specs=tuple(specs.items()),
+    )
+
+
+# --- entry point -------------------------------------------------------------------
+
+
+def trace(module: torch.nn.Module, example_inputs: tuple, arch: int):
+    """Trace ``module`` for a GPU of compute capability ``arch`` (e.g. 90).
+
+    Returns ``(graph, weights, out_spec)``: the plain-data graph, the real
+    tensors of every weight input by name, and the pytree spec of the
+    model's outputs as a string (``torch.utils._pytree.treespec_dumps``).
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.export.graph_signature import InputKind, OutputKind
+    from torch.utils import _pytree
+
+    with virtual_gpu(arch):
+        fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+        ep = _export(module, example_inputs, fake_mode, arch)
+        signature = ep.graph_signature
+        bad = [s for s in signature.output_specs if s.kind != OutputKind.USER_OUTPUT]
+        if bad:
+            raise UnsupportedModelError(
+                "the model mutates its inputs or buffers "
+                f"({', '.join(str(s.target) for s in bad)}); aotcombo packages pure functions"
+            )
+        input_meta = []
+        user_index = 0
+        for spec in signature.input_specs:
+            if spec.kind == InputKind.USER_INPUT:
+                input_meta.append(("user", user_index))
+                user_index += 1
+            elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+                input_meta.append(("weight", spec.target))
+            else:
+                raise UnsupportedModelError(f"unsupported model input {spec.arg.name} ({spec.kind.name})")
+        gm = ep.graph_module
+        fake_inputs = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+        fx_wrapper, kernels = _run_inductor(gm, fake_inputs)
+        graph = _graph_from_fx(fx_wrapper, kernels, input_meta, arch)
+
+    weights = {key: _real_tensor(module, key) for kind, key in input_meta if kind == "weight"}
+    out_spec = _pytree.treespec_dumps(ep.call_spec.out_spec)
+    return graph, weights, out_spec
+
+
+def _real_tensor(module: torch.nn.Module, dotted: str) -> torch.Tensor:
+    value = operator.attrgetter(dotted)(module)
+    return value.detach()
