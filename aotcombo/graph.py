@@ -106,11 +106,13 @@ class Extern:
     ``Const`` markers for dtypes/devices/layouts. ``writes`` names the values
     whose storage the op mutates (``out=`` arguments, in-place ops)."""
 
+
     op: str  # "aten::mm.out"
     args: tuple
     kwargs: tuple[tuple[str, Any], ...]
     out: str | None
     writes: tuple[str, ...]
+    aliases: tuple[str, ...] = ()  # inputs whose storage ``out`` shares
 
 
 @dataclass(frozen=True)

@@ -322,7 +322,7 @@ def _kernel_from_call(name: str, body: str, line) -> g.Kernel:
     inductor_meta = line.inductor_meta or {}
     return g.Kernel(
         name=name,
-        source=body[jit.start():],
+        source=body[jit.start(): body.rindex("'''")].rstrip() + "\n",
         heuristic=heuristic.group(1),
         signature=signature,
         constants=tuple(sorted(meta.get("constants", {}).items())),
@@ -381,8 +381,16 @@ def _inductor_config():
 def _run_inductor(gm, fake_inputs):
     from torch._inductor.compile_fx import compile_fx
 
+    import logging
+    import tempfile
+
+    # Inductor logs a warning when our capture unwinds its cache context;
+    # its scratch files go to a folder of ours that is removed afterwards.
+    quiet = mock.patch.object(logging.getLogger("torch._inductor.utils"), "level", logging.ERROR)
     try:
-        with _inductor_config(), _install_capture():
+        with tempfile.TemporaryDirectory(prefix="aotcombo-inductor-") as cache, quiet, mock.patch.dict(
+            "os.environ", {"TORCHINDUCTOR_CACHE_DIR": cache}
+        ), _inductor_config(), _install_capture():
             compile_fx(gm, fake_inputs)
     except BaseException as exc:  # noqa: BLE001 - we look for our marker in the chain
         seen = exc
@@ -440,6 +448,18 @@ def _written_args(op: torch._ops.OpOverload, args, kwargs) -> list[str]:
     return written
 
 
+def _aliased_args(op: torch._ops.OpOverload, args, kwargs) -> list[str]:
+    """Inputs whose storage the op's result shares (views, in-place ops)."""
+    returned = {a for r in op._schema.returns if r.alias_info for a in r.alias_info.before_set}
+    aliased = []
+    for i, arg in enumerate(op._schema.arguments):
+        if arg.alias_info is None or not (set(arg.alias_info.before_set) & returned):
+            continue
+        value = kwargs.get(arg.name, args[i] if i < len(args) and not arg.kwarg_only else None)
+        aliased += g.refs_in(_to_plain(value))
+    return aliased
+
+
 def _graph_from_fx(gm, kernels, input_meta, arch) -> g.Graph:
     ops: list[g.Op] = []
     inputs: list[g.Input] = []
@@ -476,6 +496,7 @@ def _graph_from_fx(gm, kernels, input_meta, arch) -> g.Graph:
                     kwargs=tuple((k, _to_plain(v)) for k, v in node.kwargs.items()),
                     out=node.name if node.users or not op._schema.returns == [] else None,
                     writes=tuple(_written_args(op, node.args, node.kwargs)),
+                    aliases=tuple(_aliased_args(op, node.args, node.kwargs)),
                 )
             )
         else:
@@ -499,13 +520,12 @@ def _graph_from_fx(gm, kernels, input_meta, arch) -> g.Graph:
 def trace(module: torch.nn.Module, example_inputs: tuple, arch: int):
     """Trace ``module`` for a GPU of compute capability ``arch`` (e.g. 90).
 
-    Returns ``(graph, weights, out_spec)``: the plain-data graph, the real
-    tensors of every weight input by name, and the pytree spec of the
-    model's outputs as a string (``torch.utils._pytree.treespec_dumps``).
+    Returns ``(graph, weights, structure)``: the plain-data graph, the real
+    tensors of every weight input by name, and the nesting of the model's
+    outputs (see ``output_structure``).
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.export.graph_signature import InputKind, OutputKind
-    from torch.utils import _pytree
 
     with virtual_gpu(arch):
         fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
@@ -533,8 +553,27 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int):
         graph = _graph_from_fx(fx_wrapper, kernels, input_meta, arch)
 
     weights = {key: _real_tensor(module, key) for kind, key in input_meta if kind == "weight"}
-    out_spec = _pytree.treespec_dumps(ep.call_spec.out_spec)
-    return graph, weights, out_spec
+    return graph, weights, output_structure(ep.call_spec.out_spec)
+
+
+def output_structure(spec) -> tuple:
+    """A pytree spec as plain nested tuples: ``("leaf",)``, ``("tuple", children)``,
+    ``("list", children)``, ``("dict", keys, children)``, ``("none",)``."""
+    if spec.is_leaf():
+        return ("leaf",)
+    children = tuple(output_structure(c) for c in spec.children())
+    if spec.type is type(None):
+        return ("none",)
+    if spec.type is dict:
+        return ("dict", tuple(spec.context), children)
+    if spec.type is list:
+        return ("list", children)
+    if spec.type is tuple or (isinstance(spec.type, type) and issubclass(spec.type, tuple)):
+        return ("tuple", children)
+    raise UnsupportedModelError(
+        f"the model returns a {spec.type.__name__}; aotcombo packages tensors in (nested) tuples, lists and dicts",
+        fix="return a tuple or dict of tensors from forward()",
+    )
 
 
 def _real_tensor(module: torch.nn.Module, dotted: str) -> torch.Tensor:

@@ -1,0 +1,116 @@
+"""Fixed block sizes and warps for each kernel: rules, not autotuning.
+
+Every rule here is a pure function of the kernel's kind and sizes, decided at
+build time; the package launches with the resulting grid and never tunes.
+The numbers follow Inductor's own defaults (``triton_heuristics.py``) for the
+common cases: 1024-element pointwise blocks, 32x32 tiles, 2048-wide inner
+reductions, 64x8 outer reductions, and a persistent reduction keeping up to
+4096 elements per program in registers.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from .errors import UnsupportedModelError
+from .graph import Kernel
+
+POINTWISE_BLOCK = 1024
+TILE_ELEMENTS = 1024
+PERSISTENT_ELEMENTS = 4096
+INNER_REDUCTION_BLOCK = 2048
+OUTER_REDUCTION = (64, 8)  # (XBLOCK, R0_BLOCK)
+DEFAULT_REDUCTION = (8, 512)
+ELEMENTS_PER_WARP = 256  # 8 elements per thread
+MAX_WARPS = 8
+
+_FIXED_BLOCK = re.compile(r"^\s*(R0_BLOCK|R1_BLOCK|XBLOCK): tl\.constexpr = (\d+)\s*$", re.M)
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """The launch shape of one kernel: constexpr block sizes, blocks per axis, warps."""
+
+    constexprs: tuple[tuple[str, int], ...]  # values for the kernel's constexpr params
+    axes: tuple[int, int, int]  # programs along x, y, z
+    num_warps: int
+
+    @property
+    def programs(self) -> int:
+        return self.axes[0] * self.axes[1] * self.axes[2]
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _warps(elements: int) -> int:
+    return max(1, min(MAX_WARPS, next_power_of_2(max(1, elements // ELEMENTS_PER_WARP))))
+
+
+def choose(kernel: Kernel) -> Blocks:
+    """Block sizes for ``kernel`` by fixed rules."""
+    numel = kernel.numel
+    params = set(kernel.block_params)
+    fixed = {name: int(v) for name, v in _FIXED_BLOCK.findall(kernel.source)}
+    unknown = params - {"XBLOCK", "YBLOCK", "ZBLOCK", "R0_BLOCK", "R1_BLOCK"}
+    if unknown:
+        raise UnsupportedModelError(
+            f"kernel {kernel.name} has block parameters {sorted(unknown)} that aotcombo has no rule for"
+        )
+    x, y, z = numel.get("x", 1), numel.get("y", 1), numel.get("z", 1)
+    r0, r1 = numel.get("r0_", 1), numel.get("r1_", 1)
+    sizes: dict[str, int] = {}
+
+    if not kernel.is_reduction:
+        if "YBLOCK" in params or "ZBLOCK" in params:
+            # Tiles: x gets up to 64, y and z share the rest of TILE_ELEMENTS.
+            sizes["XBLOCK"] = min(64 if "ZBLOCK" not in params else 32, next_power_of_2(x))
+            rest = TILE_ELEMENTS // sizes["XBLOCK"]
+            if "YBLOCK" in params:
+                sizes["YBLOCK"] = min(rest if "ZBLOCK" not in params else 8, next_power_of_2(y))
+                rest //= sizes["YBLOCK"]
+            if "ZBLOCK" in params:
+                sizes["ZBLOCK"] = max(1, min(rest, next_power_of_2(z)))
+        else:
+            sizes["XBLOCK"] = min(POINTWISE_BLOCK, next_power_of_2(x))
+    elif kernel.heuristic == "persistent_reduction":
+        rblock = fixed.get("R0_BLOCK", next_power_of_2(r0)) * fixed.get("R1_BLOCK", 1)
+        if "XBLOCK" in params:
+            sizes["XBLOCK"] = max(1, min(next_power_of_2(x), PERSISTENT_ELEMENTS // rblock))
+    else:
+        if kernel.reduction_hint == "INNER":
+            xb, rb = 1, min(INNER_REDUCTION_BLOCK, next_power_of_2(r0))
+        elif kernel.reduction_hint == "OUTER":
+            xb, rb = min(OUTER_REDUCTION[0], next_power_of_2(x)), min(OUTER_REDUCTION[1], next_power_of_2(r0))
+        else:
+            xb, rb = min(DEFAULT_REDUCTION[0], next_power_of_2(x)), min(DEFAULT_REDUCTION[1], next_power_of_2(r0))
+        if "XBLOCK" in params:
+            sizes["XBLOCK"] = xb
+        if "R0_BLOCK" in params:
+            sizes["R0_BLOCK"] = rb
+        if "R1_BLOCK" in params:
+            sizes["R1_BLOCK"] = min(8, next_power_of_2(r1))
+        if "YBLOCK" in params:
+            sizes["YBLOCK"] = min(8, next_power_of_2(y))
+
+    missing = params - set(sizes)
+    if missing:
+        raise UnsupportedModelError(f"kernel {kernel.name}: no rule for block parameters {sorted(missing)}")
+
+    block = {**fixed, **sizes}
+    xblock = block.get("XBLOCK", 1)
+    axes = (
+        _cdiv(x, xblock),
+        _cdiv(y, block.get("YBLOCK", 1)) if "y" in numel else 1,
+        _cdiv(z, block.get("ZBLOCK", 1)) if "z" in numel else 1,
+    )
+    elements = math.prod(v for k, v in block.items() if k in ("XBLOCK", "YBLOCK", "ZBLOCK", "R0_BLOCK", "R1_BLOCK"))
+    ordered = tuple((p, sizes[p]) for p in kernel.block_params)
+    return Blocks(constexprs=ordered, axes=axes, num_warps=_warps(elements))

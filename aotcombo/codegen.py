@@ -1,0 +1,209 @@
+"""Codegen: render combo kernels and the package program from Jinja templates.
+
+``render_combo`` turns a planned ``Combo`` into a Python module holding one
+``@triton.jit`` combo kernel; ``render_program`` turns the planned op list
+into the package's ``forward``. Both are pure functions of the plan.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from pathlib import Path
+
+import jinja2
+
+from . import __version__
+from . import graph as g
+from .errors import UnsupportedModelError
+from .plan import Combo, ComboLaunch, Plan, SubKernel
+
+_PROGRAM_ID = re.compile(r"tl\.program_id\((\d)\)")
+_NUM_PROGRAMS = re.compile(r"tl\.num_programs\((\d)\)")
+_DEF = re.compile(r"^def (\w+)\((.*?)\):\s*$", re.M | re.S)
+_AXES = ("pid_x", "pid_y", "pid_z")
+
+
+def templates_dir() -> Path:
+    """Templates ship as package data (``aotcombo.templates``); in a source
+    checkout they are the top-level ``templates/`` folder."""
+    try:
+        from importlib.resources import files
+
+        found = files("aotcombo.templates")
+        if found.joinpath("combo_kernel.py.j2").is_file():
+            return Path(str(found))
+    except ModuleNotFoundError:
+        pass
+    return Path(__file__).resolve().parent.parent / "templates"
+
+
+@functools.cache
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def render(template: str, **context) -> str:
+    return _environment().get_template(template).render(**context)
+
+
+# --- combo kernels -------------------------------------------------------------------
+
+
+def helper_source(sub: SubKernel) -> str:
+    """Inductor's kernel as a jit helper that takes its program ids as arguments."""
+    kernel = sub.kernel
+    source = kernel.source
+    match = _DEF.search(source)
+    if match is None or match.group(1) != kernel.name:
+        raise UnsupportedModelError(f"cannot find the definition of kernel {kernel.name} in its source")
+    params = match.group(2).strip().rstrip(",")
+    source = source[: match.start()] + f"def {kernel.name}({params}, pid_x, pid_y, pid_z):" + source[match.end():]
+    axes = sub.blocks.axes
+    source = _PROGRAM_ID.sub(lambda m: _AXES[int(m.group(1))], source)
+    source = _NUM_PROGRAMS.sub(lambda m: str(axes[int(m.group(1))]), source)
+    return source.rstrip()
+
+
+def _literal(value) -> str:
+    if isinstance(value, float):
+        if math.isinf(value) or math.isnan(value):
+            return f"float('{value}')"
+        return repr(value)
+    return repr(value)
+
+
+def _sub_call(sub: SubKernel) -> str:
+    runtime_params = [p for p, t in sub.kernel.signature if t != "constexpr"]
+    args = [a.name if isinstance(a, g.Ref) else _literal(a) for a in sub.launch.args]
+    if len(args) != len(runtime_params):
+        raise UnsupportedModelError(f"kernel {sub.kernel.name}: argument count does not match its signature")
+    nx, ny, nz = sub.blocks.axes
+    pids = {
+        "pid_x": "pid_offset" if ny == nz == 1 else f"pid_offset % {nx}",
+        "pid_y": "0" if ny == 1 else (f"pid_offset // {nx}" if nz == 1 else f"(pid_offset // {nx}) % {ny}"),
+        "pid_z": "0" if nz == 1 else f"pid_offset // {nx * ny}",
+    }
+    keywords = [f"{p}={v}" for p, v in sub.blocks.constexprs] + [f"{p}={v}" for p, v in pids.items()]
+    return f"{sub.kernel.name}({', '.join(args + keywords)})"
+
+
+def _dispatch(combo: Combo) -> list[dict]:
+    subs = []
+    start = 0
+    n = len(combo.subs)
+    for i, sub in enumerate(combo.subs):
+        programs = sub.blocks.programs
+        if combo.dispatch == "round_robin":
+            condition = f"pid % {n} == {i} and pid // {n} < {programs}" if n > 1 else f"pid < {programs}"
+            offset = f"pid // {n}" if n > 1 else "pid"
+        else:
+            condition = f"pid < {start + programs}"
+            offset = f"pid - {start}" if start else "pid"
+        subs.append({"condition": condition, "offset": offset, "call": _sub_call(sub)})
+        start += programs
+    return subs
+
+
+def render_combo(combo: Combo) -> str:
+    helpers = list(dict.fromkeys(helper_source(s) for s in combo.subs))
+    return render("combo_kernel.py.j2", combo=combo, helpers=helpers, params=combo.params, subs=_dispatch(combo))
+
+
+def combo_signature(combo: Combo) -> tuple[dict[str, str], list[str]]:
+    """Triton types of the combo's parameters, and those known 16-byte aligned."""
+    types: dict[str, str] = {}
+    aligned: dict[str, bool] = {}
+    for sub in combo.subs:
+        params = [(p, t) for p, t in sub.kernel.signature if t != "constexpr"]
+        divisible = set(sub.kernel.divisible_by_16)
+        for (param, ty), arg in zip(params, sub.launch.args):
+            if not isinstance(arg, g.Ref):
+                continue
+            if types.setdefault(arg.name, ty) != ty:
+                raise UnsupportedModelError(
+                    f"{combo.name}: value {arg.name} is passed as {types[arg.name]} and as {ty}"
+                )
+            aligned[arg.name] = aligned.get(arg.name, True) and param in divisible
+    return {p: types[p] for p in combo.params}, [p for p in combo.params if aligned[p]]
+
+
+# --- program ---------------------------------------------------------------------------
+
+
+def _expr(value) -> str:
+    if isinstance(value, g.Ref):
+        return value.name
+    if isinstance(value, g.Const):
+        if value.kind == "device":
+            return "device"
+        return f"torch.{value.value}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_expr(v) for v in value) + "]"
+    if isinstance(value, tuple):
+        inner = ", ".join(_expr(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    return _literal(value)
+
+
+def _op_call(op: str) -> str:
+    namespace, rest = op.split("::")
+    name, overload = rest.split(".") if "." in rest else (rest, "default")
+    prefix = "aten" if namespace == "aten" else f"torch.ops.{namespace}"
+    return f"{prefix}.{name}.{overload}"
+
+
+def _op_line(op, combo_index: dict[str, int]) -> str:
+    if isinstance(op, g.Alloc):
+        s = op.spec
+        return f"{op.out} = empty_strided({s.shape}, {s.stride}, dtype=torch.{s.dtype}, device=device)"
+    if isinstance(op, g.View):
+        s = op.spec
+        return f"{op.out} = as_strided({op.base}, {s.shape}, {s.stride}, {s.storage_offset})"
+    if isinstance(op, g.GetItem):
+        return f"{op.out} = {op.base}[{op.index}]"
+    if isinstance(op, g.Extern):
+        args = [_expr(a) for a in op.args] + [f"{k}={_expr(v)}" for k, v in op.kwargs]
+        call = f"{_op_call(op.op)}({', '.join(args)})"
+        return f"{op.out} = {call}" if op.out else call
+    if isinstance(op, ComboLaunch):
+        return f"kernels[{combo_index[op.combo]}]({', '.join(a.name for a in op.args)})"
+    raise TypeError(op)
+
+
+def _structure_expr(structure: tuple, leaves) -> str:
+    kind = structure[0]
+    if kind == "leaf":
+        name = next(leaves)
+        return name if name is not None else "None"
+    if kind == "none":
+        return "None"
+    if kind == "dict":
+        items = ", ".join(f"{k!r}: {_structure_expr(c, leaves)}" for k, c in zip(structure[1], structure[2]))
+        return "{" + items + "}"
+    children = [_structure_expr(c, leaves) for c in structure[1]]
+    if kind == "list":
+        return "[" + ", ".join(children) + "]"
+    return f"({children[0]},)" if len(children) == 1 else "(" + ", ".join(children) + ")"
+
+
+def render_program(plan: Plan, structure: tuple, name: str) -> str:
+    graph = plan.graph
+    combo_index = {c.name: i for i, c in enumerate(plan.combos)}
+    return render(
+        "program.py.j2",
+        name=name,
+        version=__version__,
+        n_launches=len(plan.combos),
+        n_externs=plan.extern_calls,
+        inputs=[i.name for i in sorted((i for i in graph.inputs if i.kind == "user"), key=lambda i: i.key)],
+        weights=[i.name for i in graph.inputs if i.kind == "weight"],
+        body=[_op_line(op, combo_index) for op in plan.ops],
+        result=_structure_expr(structure, iter(graph.outputs)),
+    )

@@ -1,0 +1,148 @@
+"""Run a built program on the CPU, its kernels under Triton's interpreter.
+
+This is how the build is checked without a GPU: the *same* rendered program
+and combo-kernel sources that go into the wheel run with ``TRITON_INTERPRET=1``
+on CPU tensors, the extern calls through torch's CPU kernels. CUDA-only ops
+the program may call (fused attention) get CPU stand-ins computed by the math
+path, registered only for the duration of the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+
+def _load(source: str, directory: Path, stem: str):
+    path = directory / f"{stem}.py"
+    path.write_text(source)
+    name = f"aotcombo_interp_{stem}_{abs(hash(source)) & 0xFFFFFFFF:x}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _attention_cpu(q, k, v, attn_mask=None, is_causal=False, scale=None):
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), attn_mask=attn_mask, is_causal=is_causal, scale=scale
+    ).to(q.dtype)
+    lse = torch.zeros(q.shape[:-1], dtype=torch.float32)
+    return out, lse
+
+
+@contextlib.contextmanager
+def cpu_stand_ins():
+    """CPU kernels for the CUDA-only attention ops, for this run only."""
+    lib = torch.library.Library("aten", "IMPL")
+
+    def flash(q, k, v, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None):
+        out, lse = _attention_cpu(q, k, v, is_causal=is_causal, scale=scale)
+        empty = torch.empty(0, dtype=torch.int64)
+        return out, lse, None, None, q.shape[-2], k.shape[-2], empty, empty, torch.empty(0)
+
+    def efficient(q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False, *, scale=None):
+        out, lse = _attention_cpu(q, k, v, attn_mask=attn_bias, is_causal=is_causal, scale=scale)
+        empty = torch.empty(0, dtype=torch.int64)
+        return out, lse, empty, empty
+
+    registered = []
+    for name, fn in (("_scaled_dot_product_flash_attention", flash), ("_scaled_dot_product_efficient_attention", efficient)):
+        try:
+            lib.impl(name, fn, "CPU")
+            registered.append(name)
+        except RuntimeError:
+            pass  # a CPU kernel exists already
+    try:
+        yield
+    finally:
+        lib._destroy()
+
+
+
+def _interpretable_libdevice() -> None:
+    """Give ``tl.extra.libdevice`` (stubs outside a real compile) interpreter
+    implementations: ``tl.math`` where it has the function, numpy otherwise."""
+    import numpy as np
+    import triton.language as tl
+    from triton.language.extra import libdevice
+    from triton.runtime.interpreter import TensorHandle
+
+    def numpy_op(ufunc, boolean=False):
+        def op(*args):
+            data = ufunc(*(a.handle.data for a in args))
+            scalar = tl.int1 if boolean else args[0].dtype
+            shape = args[0].shape if args[0].type.is_block() else None
+            return tl.core.tensor(TensorHandle(data, scalar), tl.block_type(scalar, shape) if shape else scalar)
+
+        return op
+
+    numpy_ops = {
+        "tanh": np.tanh, "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh,
+        "atanh": np.arctanh, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "atan2": np.arctan2,
+        "log1p": np.log1p, "expm1": np.expm1, "pow": np.power, "tan": np.tan, "trunc": np.trunc,
+        "nearbyint": np.rint, "round": np.round, "copysign": np.copysign, "hypot": np.hypot,
+        "fmod": np.fmod, "exp10": lambda x: np.power(10.0, x).astype(x.dtype),
+    }
+    boolean_ops = {"isinf": np.isinf, "isnan": np.isnan, "signbit": np.signbit, "isfinited": np.isfinite}
+    for name in dir(libdevice):
+        if name.startswith("_"):
+            continue
+        if name in boolean_ops:
+            setattr(libdevice, name, numpy_op(boolean_ops[name], boolean=True))
+        elif hasattr(tl.math, name):  # looked up per call: the interpreter patches tl.math in place
+            setattr(libdevice, name, lambda *args, name=name: getattr(tl.math, name)(*args))
+        elif name in numpy_ops:
+            setattr(libdevice, name, numpy_op(numpy_ops[name]))
+
+
+def _run_here(directory: Path) -> None:
+    """The child process: load everything from ``directory``, run, save outputs."""
+    _interpretable_libdevice()
+    job = torch.load(directory / "job.pt", weights_only=False)
+    kernels = []
+    for name, source, grid in job["combos"]:
+        fn = getattr(_load(source, directory, name), name)
+        kernels.append(lambda *args, fn=fn, grid=grid: fn[(grid, 1, 1)](*args))
+    forward = _load(job["program"], directory, "program").forward
+    with cpu_stand_ins(), torch.no_grad():
+        outputs = forward(kernels, job["weights"], torch.device("cpu"), *job["inputs"])
+    torch.save(outputs, directory / "outputs.pt")
+
+
+def run(program: str, combos: Sequence[tuple[str, str, int]], weights: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor]):
+    """Run ``program``'s forward on CPU tensors, in a child process with
+    ``TRITON_INTERPRET=1`` (Triton reads it when its own modules load).
+
+    ``combos`` lists ``(name, module source, grid)`` in launch-table order."""
+    with tempfile.TemporaryDirectory(prefix="aotcombo-interp-") as tmp:
+        directory = Path(tmp)
+        job = {"program": program, "combos": list(combos), "weights": list(weights), "inputs": list(inputs)}
+        torch.save(job, directory / "job.pt")
+        env = dict(os.environ, TRITON_INTERPRET="1")
+        result = subprocess.run(
+            [sys.executable, "-m", "aotcombo.interpret", str(directory)], env=env, capture_output=True, text=True
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"interpreted run failed:\n{result.stderr[-4000:]}")
+        return torch.load(directory / "outputs.pt", weights_only=False)
+
+
+def run_variant(result, variant_index: int = 0, inputs: Sequence[torch.Tensor] = ()):
+    """Run one variant of a ``build.BuildResult`` under the interpreter."""
+    variant = result.variants[variant_index]
+    combos = [(c.name, variant.sources[c.name], c.grid) for c in variant.plan.combos]
+    return run(variant.program, combos, result.weights, inputs)
+
+
+if __name__ == "__main__":
+    _run_here(Path(sys.argv[1]))

@@ -1,0 +1,242 @@
+"""Plan: group mutually independent kernels into combo kernels.
+
+The traced program is a list of ops over named values. We build its
+dependency graph on *storage* (a view writes what its base holds), give every
+op its ASAP level (longest path from the inputs), and combine the kernel
+launches of one level: two ops of one level never have a path between them,
+so each group is mutually independent by construction. Inside a level,
+launches are split the way Inductor's combo partition does
+(``triton_combo_kernel.py``): by tiling dimensionality, long reductions apart,
+very large pointwise kernels alone, and never more than ``MAX_ARGS`` distinct
+pointers per combo.
+
+The plan's program is the traced one, reordered level by level, with each
+group of launches replaced by one ``ComboLaunch``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from . import blocks as blocks_mod
+from . import graph as g
+
+MAX_ARGS = 250  # the seed's limit: more pointer arguments than this hit Triton limits
+LONG_REDUCTION = 2048  # rnumel above which a looped reduction runs long
+LARGE_POINTWISE = 51_200_000  # the seed's LARGE_NUMELS
+ROUND_ROBIN_UTILIZATION = 0.8  # the seed's BLOCK_UTILIZATION
+DISPATCHES = ("sequential", "round_robin", "auto")
+
+
+@dataclass(frozen=True)
+class SubKernel:
+    kernel: g.Kernel
+    launch: g.Launch
+    blocks: blocks_mod.Blocks
+
+
+@dataclass(frozen=True)
+class Combo:
+    name: str
+    subs: tuple[SubKernel, ...]
+    dispatch: str  # sequential | round_robin
+    params: tuple[str, ...]  # distinct value names passed, in order
+
+    @property
+    def num_warps(self) -> int:
+        return max(s.blocks.num_warps for s in self.subs)
+
+    @property
+    def grid(self) -> int:
+        programs = [s.blocks.programs for s in self.subs]
+        if self.dispatch == "round_robin":
+            return len(programs) * max(programs)
+        return sum(programs)
+
+
+@dataclass(frozen=True)
+class ComboLaunch:
+    combo: str
+    args: tuple[g.Ref, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    graph: g.Graph
+    ops: tuple  # g.Op (except Launch) | ComboLaunch
+    combos: tuple[Combo, ...]
+
+    @property
+    def kernel_launches(self) -> int:
+        return sum(isinstance(op, g.Launch) for op in self.graph.ops)
+
+    @property
+    def extern_calls(self) -> int:
+        return sum(isinstance(op, g.Extern) for op in self.ops)
+
+
+# --- dependencies ----------------------------------------------------------------
+
+
+def reads_writes(op, graph: g.Graph) -> tuple[list[str], list[str]]:
+    """Values an op reads and writes (before resolving views to storage)."""
+    if isinstance(op, g.Launch):
+        kernel = graph.kernel(op.kernel)
+        params = [p for p, t in kernel.signature if t != "constexpr"]
+        reads, writes = [], []
+        for param, arg in zip(params, op.args):
+            if not isinstance(arg, g.Ref):
+                continue
+            written = param.startswith(("out_ptr", "in_out_ptr")) or param in kernel.mutated
+            (writes if written else reads).append(arg.name)
+            if param.startswith("in_out_ptr"):
+                reads.append(arg.name)
+        return reads, writes
+    if isinstance(op, g.Extern):
+        refs = g.refs_in(op.args) + g.refs_in([v for _, v in op.kwargs])
+        return refs, list(op.writes) + ([op.out] if op.out else [])
+    if isinstance(op, g.View):
+        return [op.base], [op.out]
+    if isinstance(op, g.GetItem):
+        return [op.base], [op.out]
+    if isinstance(op, g.Alloc):
+        return [], [op.out]
+    raise TypeError(op)
+
+
+def storage_roots(graph: g.Graph) -> dict[str, str]:
+    """Map every value to the value that owns its storage."""
+    root: dict[str, str] = {i.name: i.name for i in graph.inputs}
+    for op in graph.ops:
+        if isinstance(op, g.View):
+            root[op.out] = root.get(op.base, op.base)
+        elif isinstance(op, g.Extern) and op.out:
+            root[op.out] = root.get(op.aliases[0], op.aliases[0]) if op.aliases else op.out
+        elif isinstance(op, (g.Alloc, g.GetItem)):
+            root[op.out] = op.out
+    return root
+
+
+def dependencies(graph: g.Graph) -> list[set[int]]:
+    """For each op, the indices of the ops it must follow (RAW, WAR, WAW on storage)."""
+    root = storage_roots(graph)
+    last_writer: dict[str, int] = {}
+    readers: dict[str, list[int]] = defaultdict(list)
+    deps: list[set[int]] = []
+    for i, op in enumerate(graph.ops):
+        reads, writes = reads_writes(op, graph)
+        mine: set[int] = set()
+        for name in reads:
+            r = root.get(name, name)
+            if r in last_writer:
+                mine.add(last_writer[r])
+        for name in writes:
+            r = root.get(name, name)
+            if r in last_writer:
+                mine.add(last_writer[r])
+            mine.update(readers[r])
+        for name in reads:
+            readers[root.get(name, name)].append(i)
+        for name in writes:
+            r = root.get(name, name)
+            last_writer[r] = i
+            readers[r] = []
+        mine.discard(i)
+        deps.append(mine)
+    return deps
+
+
+def levels(deps: list[set[int]]) -> list[int]:
+    level: list[int] = []
+    for mine in deps:
+        level.append(1 + max((level[d] for d in mine), default=-1))
+    return level
+
+
+# --- partition --------------------------------------------------------------------
+
+
+def _group_key(sub: SubKernel) -> tuple:
+    """Launches that may share a combo: the same tiling rank (the seed's base
+    partition), long reductions apart, very large pointwise kernels alone."""
+    kernel = sub.kernel
+    rank = sum(1 for k, _ in kernel.numels if not k.startswith("r"))
+    if not kernel.is_reduction and kernel.numel.get("x", 0) * kernel.numel.get("y", 1) > LARGE_POINTWISE:
+        return (rank, "large_pointwise", id(sub))
+    if kernel.heuristic == "reduction" and kernel.numel.get("r0_", 0) > LONG_REDUCTION:
+        return (rank, "long_reduction")
+    return (rank, "")
+
+
+def _pointer_args(sub: SubKernel) -> list[str]:
+    return [a.name for a in sub.launch.args if isinstance(a, g.Ref)]
+
+
+def partition(subs: list[SubKernel], max_args: int = MAX_ARGS) -> list[list[SubKernel]]:
+    """Split one level's launches into combos (order kept within each group)."""
+    groups: dict[tuple, list[SubKernel]] = {}
+    for sub in subs:
+        groups.setdefault(_group_key(sub), []).append(sub)
+    combos: list[list[SubKernel]] = []
+    for members in groups.values():
+        current: list[SubKernel] = []
+        names: set[str] = set()
+        for sub in members:
+            mine = set(_pointer_args(sub))
+            if current and len(names | mine) > max_args:
+                combos.append(current)
+                current, names = [], set()
+            current.append(sub)
+            names |= mine
+        if current:
+            combos.append(current)
+    return combos
+
+
+def choose_dispatch(subs: list[SubKernel], requested: str) -> str:
+    """Sequential unless asked; ``auto`` takes round robin when the sub-kernels
+    are so even in size that its idle programs stay under 20% (the seed's rule)."""
+    if requested != "auto":
+        return requested
+    programs = [s.blocks.programs for s in subs]
+    if len(programs) > 1 and sum(programs) / (len(programs) * max(programs)) > ROUND_ROBIN_UTILIZATION:
+        return "round_robin"
+    return "sequential"
+
+
+def make_plan(graph: g.Graph, dispatch: str = "sequential", combine: bool = True, max_args: int = MAX_ARGS) -> Plan:
+    """Reorder ``graph`` by levels and group each level's launches into combos.
+
+    ``combine=False`` keeps one launch per kernel (still through the combo
+    template), which is what tests compare against."""
+    if dispatch not in DISPATCHES:
+        raise ValueError(f"dispatch must be one of {DISPATCHES}, not {dispatch!r}")
+    level = levels(dependencies(graph))
+    by_level: dict[int, list[int]] = defaultdict(list)
+    for i, lv in enumerate(level):
+        by_level[lv].append(i)
+
+    ops: list = []
+    combos: list[Combo] = []
+    for lv in sorted(by_level):
+        launches = []
+        for i in by_level[lv]:
+            op = graph.ops[i]
+            if isinstance(op, g.Launch):
+                kernel = graph.kernel(op.kernel)
+                launches.append(SubKernel(kernel, op, blocks_mod.choose(kernel)))
+            else:
+                ops.append(op)
+        groups = partition(launches, max_args) if combine else [[s] for s in launches]
+        for members in groups:
+            params = tuple(dict.fromkeys(n for s in members for n in _pointer_args(s)))
+            combo = Combo(
+                name=f"combo_{len(combos)}",
+                subs=tuple(members),
+                dispatch=choose_dispatch(members, dispatch),
+                params=params,
+            )
+            combos.append(combo)
+            ops.append(ComboLaunch(combo.name, tuple(g.Ref(p) for p in params)))
+    return Plan(graph=graph, ops=tuple(ops), combos=tuple(combos))
