@@ -1,0 +1,72 @@
+"""Helpers for GPU tests of built packages: fresh inputs, error measure, launch counts."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import torch
+from torch.utils import _pytree
+
+SAMPLES = ("branches", "transformer_block", "adam_step", "conv_block")
+TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-7, torch.bfloat16: 1e-2, torch.float16: 1e-2}
+
+
+def fresh_like(t: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """A new random tensor like ``t``: uniform in [0, max] when ``t`` is non-negative
+    (variances, counts), else normal with ``t``'s scale. Never zeros."""
+    if t.is_floating_point():
+        ref = t.double()
+        if bool((ref >= 0).all()):
+            hi = float(ref.max()) or 1.0
+            out = torch.rand(t.shape, generator=generator, dtype=torch.float64, device=t.device) * hi
+        else:
+            std = float(ref.std()) if t.numel() > 1 else 1.0
+            out = torch.randn(t.shape, generator=generator, dtype=torch.float64, device=t.device) * (std or 1.0)
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(out)
+    return t.clone()
+
+
+def relative_error(got, ref) -> float:
+    got, ref = got.double(), ref.double()
+    denom = ref.norm()
+    return float((got - ref).norm() / (denom if denom > 0 else 1.0))
+
+
+def compare(got, ref) -> list[tuple[float, float]]:
+    """(error, tolerance) per output leaf; raises on a structure mismatch."""
+    got_leaves, got_spec = _pytree.tree_flatten(got)
+    ref_leaves, ref_spec = _pytree.tree_flatten(ref)
+    assert got_spec == ref_spec, f"output structure differs: {got_spec} vs {ref_spec}"
+    results = []
+    for g, r in zip(got_leaves, ref_leaves):
+        assert g.shape == r.shape and g.dtype == r.dtype, f"{g.shape}/{g.dtype} vs {r.shape}/{r.dtype}"
+        assert not torch.isnan(g).any() or torch.isnan(r).any(), "NaN in the package's output"
+        results.append((relative_error(g, r), TOLERANCE.get(r.dtype, 0.0)))
+    return results
+
+
+def import_package(name: str):
+    """The installed package ``name``; fails (not skips) when AOTCOMBO_REQUIRE_PACKAGES=1."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        if os.environ.get("AOTCOMBO_REQUIRE_PACKAGES") == "1":
+            raise
+        import pytest
+
+        pytest.skip(f"package {name} is not installed (scripts/gpu_check.sh installs the built wheels)")
+
+
+def gpu_kernel_launches(fn, *args) -> int:
+    """GPU kernels one call of ``fn`` runs, counted with the torch profiler
+    (CUDA kernel events; memcpy and memset excluded)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn(*args)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(*args)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return sum(1 for n in names if "memcpy" not in n.lower() and "memset" not in n.lower())
