@@ -527,9 +527,18 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int):
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.export.graph_signature import InputKind, OutputKind
 
-    with virtual_gpu(arch):
+    with virtual_gpu(arch), _quiet_logs():
         fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
-        ep = _export(module, example_inputs, fake_mode, arch)
+        try:
+            ep = _export(module, example_inputs, fake_mode, arch)
+        except UnsupportedModelError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every export failure is the model's
+            raise UnsupportedModelError(
+                f"torch.export cannot trace the model{_where(exc)}: {_summary(exc)}",
+                fix="aotcombo needs a model torch.export can capture whole: no data-dependent Python control "
+                "flow, no .item()/.tolist() host syncs, only ops with CUDA and fake-tensor kernels",
+            ) from exc
         signature = ep.graph_signature
         bad = [s for s in signature.output_specs if s.kind != OutputKind.USER_OUTPUT]
         if bad:
@@ -549,11 +558,63 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int):
                 raise UnsupportedModelError(f"unsupported model input {spec.arg.name} ({spec.kind.name})")
         gm = ep.graph_module
         fake_inputs = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
-        fx_wrapper, kernels = _run_inductor(gm, fake_inputs)
+        try:
+            fx_wrapper, kernels = _run_inductor(gm, fake_inputs)
+        except UnsupportedModelError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise UnsupportedModelError(
+                f"TorchInductor cannot compile the model for sm_{arch}{_where(exc)}: {_summary(exc)}",
+                fix="replace the op named above, or build for another arch",
+            ) from exc
         graph = _graph_from_fx(fx_wrapper, kernels, input_meta, arch)
 
     weights = {key: _real_tensor(module, key) for kind, key in input_meta if kind == "weight"}
     return graph, weights, output_structure(ep.call_spec.out_spec)
+
+
+@contextlib.contextmanager
+def _quiet_logs():
+    """torch logs and prints whole graphs when a trace fails; our error says what matters."""
+    import logging
+
+    import io
+
+    previous = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # export prints partial graphs on failure
+            yield
+    finally:
+        logging.disable(previous)
+
+
+def _summary(exc: BaseException) -> str:
+    """The first informative line of an exception, without torch's boilerplate."""
+    while type(exc).__name__ in ("InductorError", "BackendCompilerFailed") and exc.__cause__ is not None:
+        exc = exc.__cause__
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    head = lines[0] if lines else ""
+    return f"{type(exc).__name__}: {head[:300]}"
+
+
+def _where(exc: BaseException) -> str:
+    """`` at model.py:12 (`code`)`` for the innermost frame of user code, if any."""
+    import os
+    import sysconfig
+    import traceback
+
+    skip = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)), sysconfig.get_paths()["stdlib"])
+    user = None
+    seen = exc
+    while seen is not None:
+        for frame in traceback.extract_tb(seen.__traceback__):
+            if frame.filename and not frame.filename.startswith(skip) and "site-packages" not in frame.filename:
+                user = frame
+        seen = seen.__cause__ or seen.__context__
+    if user is None:
+        return ""
+    return f" at {os.path.basename(user.filename)}:{user.lineno} (`{(user.line or '').strip()}`)"
 
 
 def output_structure(spec) -> tuple:
