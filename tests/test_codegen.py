@@ -1,0 +1,87 @@
+"""Rendering from the Jinja templates: combo kernels and the package program."""
+
+import ast
+
+import pytest
+
+from aotcombo import codegen, graph as g
+from aotcombo.plan import make_plan
+
+from test_plan import Builder, pointwise, reduction
+
+
+def two_kernel_plan(dispatch="sequential"):
+    b = Builder()
+    kernels = [pointwise("tri_a", n=4096), reduction("tri_b", x=64, r=512)]
+    kernels = [
+        g.Kernel(**{**k.__dict__, "source": source})
+        for k, source in zip(
+            kernels,
+            [
+                "@triton.jit\ndef tri_a(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):\n"
+                "    xoffset = tl.program_id(0) * XBLOCK\n",
+                "@triton.jit\ndef tri_b(in_ptr0, out_ptr0, xnumel, r0_numel, XBLOCK : tl.constexpr):\n"
+                "    R0_BLOCK: tl.constexpr = 512\n    xoffset = tl.program_id(0) * XBLOCK\n",
+            ],
+        )
+    ]
+    outs = [b.launch(k, [b.input()]) for k in kernels]
+    return make_plan(b.graph(outs), dispatch=dispatch)
+
+
+def test_combo_kernel_dispatches_on_program_id_ranges():
+    combo = two_kernel_plan().combos[0]
+    source = codegen.render_combo(combo)
+    ast.parse(source)
+    assert "def tri_a(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr, pid_x, pid_y, pid_z):" in source
+    assert "tl.program_id(0) * XBLOCK" not in source.split("def combo_0")[0]
+    body = source.split("def combo_0")[1]
+    assert "if pid < 4:" in body  # 4096 / 1024
+    assert "elif pid < 12:" in body  # + 64 / 8
+    assert "pid_offset = pid - 4" in body
+    assert "tri_a(arg0_1, buf0, 4096, XBLOCK=1024, pid_x=pid_offset, pid_y=0, pid_z=0)" in body
+    assert body.rstrip().endswith("else:\n        pass")
+    assert combo.grid == 12
+
+
+def test_round_robin_interleaves_programs():
+    combo = two_kernel_plan("round_robin").combos[0]
+    body = codegen.render_combo(combo).split("def combo_0")[1]
+    assert "if pid % 2 == 0 and pid // 2 < 4:" in body
+    assert "elif pid % 2 == 1 and pid // 2 < 8:" in body
+    assert combo.grid == 2 * 8
+
+
+def test_combo_signature_types_and_alignment():
+    combo = two_kernel_plan().combos[0]
+    signature, aligned = codegen.combo_signature(combo)
+    assert signature == {"arg0_1": "*fp32", "buf0": "*fp32", "arg1_1": "*fp32", "buf1": "*fp32"}
+    assert aligned == []
+
+
+def test_program_renders_ops_in_plan_order_and_nests_outputs():
+    plan = two_kernel_plan()
+    structure = ("dict", ("a", "b"), (("leaf",), ("tuple", (("leaf",),))))
+    source = codegen.render_program(plan, structure, "demo")
+    tree = ast.parse(source)
+    forward = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
+    assert [a.arg for a in forward.args.args] == ["kernels", "weights", "device", "arg0_1", "arg1_1"]
+    assert "kernels[0](arg0_1, buf0, arg1_1, buf1)" in source
+    assert "return {'a': buf0, 'b': (buf1,)}" in source
+
+
+@pytest.mark.parametrize("value, text", [
+    (g.Ref("buf3"), "buf3"),
+    (g.Const("dtype", "bfloat16"), "torch.bfloat16"),
+    (g.Const("device", "cuda"), "device"),
+    ([1, g.Ref("x")], "[1, x]"),
+    ((2,), "(2,)"),
+    (float("inf"), "float('inf')"),
+])
+def test_argument_expressions(value, text):
+    assert codegen._expr(value) == text
+
+
+def test_templates_are_found_outside_the_source_tree(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert (codegen.templates_dir() / "combo_kernel.py.j2").is_file()
