@@ -21,7 +21,7 @@ from .plan import Combo, ComboLaunch, Plan, SubKernel
 
 _PROGRAM_ID = re.compile(r"tl\.program_id\((\d)\)")
 _NUM_PROGRAMS = re.compile(r"tl\.num_programs\((\d)\)")
-_DEF = re.compile(r"^def (\w+)\((.*?)\):\s*$", re.M | re.S)
+_DEF_NAME = re.compile(r"^def (\w+)\(", re.M)
 _AXES = ("pid_x", "pid_y", "pid_z")
 
 
@@ -57,13 +57,20 @@ def render(template: str, **context) -> str:
 
 
 def helper_source(sub: SubKernel) -> str:
-    """Inductor's kernel as a jit helper that takes its program ids as arguments."""
+    """Inductor's kernel as a jit helper that takes its program ids as arguments.
+
+    Jit functions the kernel source defines besides the kernel (scan and sort
+    combine functions) are renamed after the kernel, so two sub-kernels of one
+    combo cannot clash."""
     kernel = sub.kernel
     source = kernel.source
-    match = _DEF.search(source)
-    if match is None or match.group(1) != kernel.name:
+    for other in _DEF_NAME.findall(source):
+        if other != kernel.name:
+            source = re.sub(rf"\b{other}\b", f"{kernel.name}_{other.lstrip('_')}", source)
+    match = re.search(rf"^def {kernel.name}\((.*?)\):\s*$", source, re.M | re.S)
+    if match is None:
         raise UnsupportedModelError(f"cannot find the definition of kernel {kernel.name} in its source")
-    params = match.group(2).strip().rstrip(",")
+    params = match.group(1).strip().rstrip(",")
     source = source[: match.start()] + f"def {kernel.name}({params}, pid_x, pid_y, pid_z):" + source[match.end():]
     axes = sub.blocks.axes
     source = _PROGRAM_ID.sub(lambda m: _AXES[int(m.group(1))], source)
@@ -80,10 +87,7 @@ def _literal(value) -> str:
 
 
 def _sub_call(sub: SubKernel) -> str:
-    runtime_params = [p for p, t in sub.kernel.signature if t != "constexpr"]
-    args = [a.name if isinstance(a, g.Ref) else _literal(a) for a in sub.launch.args]
-    if len(args) != len(runtime_params):
-        raise UnsupportedModelError(f"kernel {sub.kernel.name}: argument count does not match its signature")
+    args = [f"{p}={a.name if isinstance(a, g.Ref) else _literal(a)}" for p, _, a in sub.kernel.bind(sub.launch.args)]
     nx, ny, nz = sub.blocks.axes
     pids = {
         "pid_x": "pid_offset" if ny == nz == 1 else f"pid_offset % {nx}",
@@ -121,9 +125,8 @@ def combo_signature(combo: Combo) -> tuple[dict[str, str], list[str]]:
     types: dict[str, str] = {}
     aligned: dict[str, bool] = {}
     for sub in combo.subs:
-        params = [(p, t) for p, t in sub.kernel.signature if t != "constexpr"]
         divisible = set(sub.kernel.divisible_by_16)
-        for (param, ty), arg in zip(params, sub.launch.args):
+        for param, ty, arg in sub.kernel.bind(sub.launch.args):
             if not isinstance(arg, g.Ref):
                 continue
             if types.setdefault(arg.name, ty) != ty:
@@ -178,6 +181,7 @@ def _op_line(op, combo_index: dict[str, int]) -> str:
 
 
 def _structure_expr(structure: tuple, leaves) -> str:
+    """The Python expression rebuilding the model's output nesting from flat values."""
     kind = structure[0]
     if kind == "leaf":
         name = next(leaves)
@@ -187,6 +191,9 @@ def _structure_expr(structure: tuple, leaves) -> str:
     if kind == "dict":
         items = ", ".join(f"{k!r}: {_structure_expr(c, leaves)}" for k, c in zip(structure[1], structure[2]))
         return "{" + items + "}"
+    if kind == "structseq":
+        children = ", ".join(_structure_expr(c, leaves) for c in structure[2])
+        return f"{structure[1]}(({children},))"
     children = [_structure_expr(c, leaves) for c in structure[1]]
     if kind == "list":
         return "[" + ", ".join(children) + "]"
@@ -204,6 +211,7 @@ def render_program(plan: Plan, structure: tuple, name: str) -> str:
         n_externs=plan.extern_calls,
         inputs=[i.name for i in sorted((i for i in graph.inputs if i.kind == "user"), key=lambda i: i.key)],
         weights=[i.name for i in graph.inputs if i.kind == "weight"],
-        body=[_op_line(op, combo_index) for op in plan.ops],
-        result=_structure_expr(structure, iter(graph.outputs)),
+        body=[_op_line(op, combo_index) for op in plan.ops]
+        + [f"{name}.copy_({graph.outputs[i]})" for name, i in graph.mutations],
+        result=_structure_expr(structure, iter(graph.user_outputs)),
     )

@@ -77,7 +77,16 @@ class Kernel:
 
     @property
     def block_params(self) -> list[str]:
-        return [p for p, t in self.signature if t == "constexpr"]
+        """Constexpr params the launch config sets (not given by the call)."""
+        named = {p for p, _ in self.constants}
+        return [p for p, t in self.signature if t == "constexpr" and p not in named and not p.endswith("numel")]
+
+    def bind(self, args: tuple) -> list[tuple[str, str, Any]]:
+        """``(param, type, value)`` for a launch's arguments, which fill the
+        signature from the start (constants included, block sizes not)."""
+        if len(args) > len(self.signature):
+            raise ValueError(f"kernel {self.name}: {len(args)} arguments for {len(self.signature)} parameters")
+        return [(p, t, a) for (p, t), a in zip(self.signature, args)]
 
 
 # --- ops: one step of the program each ----------------------------------------
@@ -151,6 +160,14 @@ class Graph:
     kernels: tuple[Kernel, ...]
     outputs: tuple[str | None, ...]  # flat outputs, by value name
     specs: tuple[tuple[str, TensorSpec], ...] = field(default=())  # every tensor value
+    # (input name, output index): the model updates that input in place; the
+    # output holds its new value and the program copies it back.
+    mutations: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def user_outputs(self) -> tuple[str | None, ...]:
+        mutated = {i for _, i in self.mutations}
+        return tuple(o for i, o in enumerate(self.outputs) if i not in mutated)
 
     def kernel(self, name: str) -> Kernel:
         for k in self.kernels:

@@ -305,13 +305,14 @@ def _kernel_from_call(name: str, body: str, line) -> g.Kernel:
         )
     meta = line.triton_meta
     signature = tuple(meta["signature"].items())
-    runtime_params = [p for p, t in signature if t != "constexpr"]
-    if len(runtime_params) != len(line.call_args):
+    if len(line.call_args) > len(signature):
         raise UnsupportedModelError(
-            f"kernel {name}: {len(line.call_args)} call arguments for {len(runtime_params)} parameters"
+            f"kernel {name}: {len(line.call_args)} call arguments for {len(signature)} parameters"
         )
+    # Call arguments fill the signature from the start: numels, constants and
+    # all; the block sizes that autotuning would set come last and are ours.
     numels = tuple(
-        (p[: -len("numel")], int(a)) for p, a in zip(runtime_params, line.call_args) if p.endswith("numel")
+        (p[: -len("numel")], int(a)) for (p, _), a in zip(signature, line.call_args) if p.endswith("numel")
     )
     divisible = set()
     for cfg in meta.get("configs", []):
@@ -320,6 +321,11 @@ def _kernel_from_call(name: str, body: str, line) -> g.Kernel:
                 divisible.add(signature[idx[0]][0])
     hint = _REDUCTION_HINT.search(body)
     inductor_meta = line.inductor_meta or {}
+    # Keep the jit functions (the kernel and any scan/sort helpers before it);
+    # drop the autotuning decorator and the wrapper's quoting around them.
+    after_decorator = _JIT.search(body, heuristic.start())
+    body = body[: heuristic.start()] + body[after_decorator.start():]
+    jit = _JIT.search(body)
     return g.Kernel(
         name=name,
         source=body[jit.start(): body.rindex("'''")].rstrip() + "\n",
@@ -334,6 +340,32 @@ def _kernel_from_call(name: str, body: str, line) -> g.Kernel:
     )
 
 
+_DEVICE_COPY = re.compile(r"^(\w+)\.copy_\((\w+)(?:, (?:True|False))?\)$")
+
+
+def _structured_lines(lines):
+    """The wrapper writes device copies (a lifted constant moved to the GPU) as
+    plain text; give them a line type the FX converter can read."""
+    from torch._inductor.codegen.wrapper import WrapperLine
+
+    class CopyLine(WrapperLine):
+        def __init__(self, dst: str, src: str):
+            self.dst, self.src = dst, src
+
+        def codegen_fx(self, converter):
+            def emit(line):
+                nodes = converter.buffer_to_node
+                converter.gm.graph.call_function(torch.ops.aten.copy_.default, args=(nodes[line.dst], nodes[line.src]))
+
+            return emit
+
+    out = []
+    for line in lines:
+        match = _DEVICE_COPY.match(line.strip()) if isinstance(line, str) else None
+        out.append(CopyLine(match.group(1), match.group(2)) if match else line)
+    return out
+
+
 def _install_capture():
     from torch._inductor.codegen import wrapper_fxir
 
@@ -342,7 +374,7 @@ def _install_capture():
     def generate(self, is_inference):
         self.run_wrapper_ir_passes(is_inference)
         converter = converter_cls(
-            lines=self.lines,
+            lines=_structured_lines(self.lines),
             prologue="",
             graph_inputs=self.get_fx_graph_inputs(),
             graph_outputs=self.get_graph_outputs(),
@@ -372,6 +404,7 @@ def _inductor_config():
             "compile_threads": 1,
             "triton.cudagraphs": False,
             "triton.autotune_at_compile_time": False,
+            "joint_graph_constant_folding": False,  # it evaluates constants on the (virtual) device
             "size_asserts": False,
             "alignment_asserts": False,
         }
@@ -397,6 +430,8 @@ def _run_inductor(gm, fake_inputs):
         while seen is not None:
             if isinstance(seen, _Captured):
                 return seen.gm, seen.kernels
+            if isinstance(seen, UnsupportedModelError):
+                raise seen from None
             seen = seen.__cause__ or seen.__context__
         raise
     raise UnsupportedModelError("Inductor finished without producing a wrapper to capture")
@@ -539,12 +574,14 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int):
                 fix="aotcombo needs a model torch.export can capture whole: no data-dependent Python control "
                 "flow, no .item()/.tolist() host syncs, only ops with CUDA and fake-tensor kernels",
             ) from exc
+        # Functional ATen: in-place updates of inputs become extra outputs.
+        ep = ep.run_decompositions({})
         signature = ep.graph_signature
-        bad = [s for s in signature.output_specs if s.kind != OutputKind.USER_OUTPUT]
-        if bad:
+        buffers = [s for s in signature.output_specs if s.kind not in (OutputKind.USER_OUTPUT, OutputKind.USER_INPUT_MUTATION)]
+        if buffers:
             raise UnsupportedModelError(
-                "the model mutates its inputs or buffers "
-                f"({', '.join(str(s.target) for s in bad)}); aotcombo packages pure functions"
+                f"the model updates its buffers or parameters in forward ({', '.join(str(s.target) for s in buffers)})",
+                fix="inference packages hold fixed weights: compute the new value and return it instead",
             )
         input_meta = []
         user_index = 0
@@ -568,8 +605,15 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int):
                 fix="replace the op named above, or build for another arch",
             ) from exc
         graph = _graph_from_fx(fx_wrapper, kernels, input_meta, arch)
+        placeholder = {s.arg.name: i for i, s in enumerate(signature.input_specs)}
+        mutations = tuple(
+            (graph.inputs[placeholder[s.target]].name, i)
+            for i, s in enumerate(signature.output_specs)
+            if s.kind == OutputKind.USER_INPUT_MUTATION
+        )
+        graph = g.replace(graph, mutations=mutations)
 
-    weights = {key: _real_tensor(module, key) for kind, key in input_meta if kind == "weight"}
+    weights = {key: _real_tensor(module, key, ep.constants) for kind, key in input_meta if kind == "weight"}
     return graph, weights, output_structure(ep.call_spec.out_spec)
 
 
@@ -629,6 +673,8 @@ def output_structure(spec) -> tuple:
         return ("dict", tuple(spec.context), children)
     if spec.type is list:
         return ("list", children)
+    if getattr(spec.type, "__module__", "") == "torch.return_types":
+        return ("structseq", f"torch.return_types.{spec.type.__name__}", children)
     if spec.type is tuple or (isinstance(spec.type, type) and issubclass(spec.type, tuple)):
         return ("tuple", children)
     raise UnsupportedModelError(
@@ -637,6 +683,18 @@ def output_structure(spec) -> tuple:
     )
 
 
-def _real_tensor(module: torch.nn.Module, dotted: str) -> torch.Tensor:
-    value = operator.attrgetter(dotted)(module)
-    return value.detach()
+def _real_tensor(module: torch.nn.Module, dotted: str, constants: dict) -> torch.Tensor:
+    """The real value of a weight: a module attribute, or a tensor literal of
+    ``forward`` that export lifted (kept real on the CPU under the fake mode)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    try:
+        return operator.attrgetter(dotted)(module).detach()
+    except AttributeError:
+        value = constants.get(dotted)
+        if isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor):
+            return value.detach().clone()
+        raise UnsupportedModelError(
+            f"cannot recover the value of constant {dotted!r} the model creates in forward",
+            fix="register it as a buffer in __init__ (self.register_buffer(...))",
+        ) from None

@@ -83,9 +83,8 @@ def reads_writes(op, graph: g.Graph) -> tuple[list[str], list[str]]:
     """Values an op reads and writes (before resolving views to storage)."""
     if isinstance(op, g.Launch):
         kernel = graph.kernel(op.kernel)
-        params = [p for p, t in kernel.signature if t != "constexpr"]
         reads, writes = [], []
-        for param, arg in zip(params, op.args):
+        for param, _, arg in kernel.bind(op.args):
             if not isinstance(arg, g.Ref):
                 continue
             written = param.startswith(("out_ptr", "in_out_ptr")) or param in kernel.mutated

@@ -39,7 +39,7 @@ def test_combo_kernel_dispatches_on_program_id_ranges():
     assert "if pid < 4:" in body  # 4096 / 1024
     assert "elif pid < 12:" in body  # + 64 / 8
     assert "pid_offset = pid - 4" in body
-    assert "tri_a(arg0_1, buf0, 4096, XBLOCK=1024, pid_x=pid_offset, pid_y=0, pid_z=0)" in body
+    assert "tri_a(in_ptr0=arg0_1, out_ptr0=buf0, xnumel=4096, XBLOCK=1024, pid_x=pid_offset, pid_y=0, pid_z=0)" in body
     assert body.rstrip().endswith("else:\n        pass")
     assert combo.grid == 12
 
