@@ -387,7 +387,7 @@ def _install_capture():
     return mock.patch.object(wrapper_fxir.WrapperFxCodegen, "_generate", generate)
 
 
-def _inductor_config():
+def _inductor_config(combo_kernels: bool = False):
     from torch._inductor import config
 
     return config.patch(
@@ -395,7 +395,7 @@ def _inductor_config():
             "fx_wrapper": True,
             "allow_buffer_reuse": False,  # reuse would add false dependencies between kernels
             "force_disable_caches": True,
-            "combo_kernels": False,  # aotcombo makes its own combos
+            "combo_kernels": combo_kernels,  # aotcombo makes its own; True only to compare with Inductor's
             "max_autotune": False,
             "max_autotune_gemm": False,
             "max_autotune_pointwise": False,
@@ -411,7 +411,7 @@ def _inductor_config():
     )
 
 
-def _run_inductor(gm, fake_inputs):
+def _run_inductor(gm, fake_inputs, combo_kernels: bool = False):
     from torch._inductor.compile_fx import compile_fx
 
     import logging
@@ -423,7 +423,7 @@ def _run_inductor(gm, fake_inputs):
     try:
         with tempfile.TemporaryDirectory(prefix="aotcombo-inductor-") as cache, quiet, mock.patch.dict(
             "os.environ", {"TORCHINDUCTOR_CACHE_DIR": cache}
-        ), _inductor_config(), _install_capture():
+        ), _inductor_config(combo_kernels), _install_capture():
             compile_fx(gm, fake_inputs)
     except BaseException as exc:  # noqa: BLE001 - we look for our marker in the chain
         seen = exc
@@ -552,8 +552,11 @@ def _graph_from_fx(gm, kernels, input_meta, arch) -> g.Graph:
 # --- entry point -------------------------------------------------------------------
 
 
-def trace(module: torch.nn.Module, example_inputs: tuple, arch: int):
+def trace(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor_combo_kernels: bool = False):
     """Trace ``module`` for a GPU of compute capability ``arch`` (e.g. 90).
+
+    ``inductor_combo_kernels=True`` lets Inductor make its own combo kernels:
+    only to count the launches ``torch.compile`` would make, for comparison.
 
     Returns ``(graph, weights, structure)``: the plain-data graph, the real
     tensors of every weight input by name, and the nesting of the model's
@@ -574,6 +577,7 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int):
                 fix="aotcombo needs a model torch.export can capture whole: no data-dependent Python control "
                 "flow, no .item()/.tolist() host syncs, only ops with CUDA and fake-tensor kernels",
             ) from exc
+        _reject_dynamic_shapes(ep)
         # Functional ATen: in-place updates of inputs become extra outputs.
         ep = ep.run_decompositions({})
         signature = ep.graph_signature
@@ -596,7 +600,7 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int):
         gm = ep.graph_module
         fake_inputs = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
         try:
-            fx_wrapper, kernels = _run_inductor(gm, fake_inputs)
+            fx_wrapper, kernels = _run_inductor(gm, fake_inputs, inductor_combo_kernels)
         except UnsupportedModelError:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -615,6 +619,27 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int):
 
     weights = {key: _real_tensor(module, key, ep.constants) for kind, key in input_meta if kind == "weight"}
     return graph, weights, output_structure(ep.call_spec.out_spec)
+
+
+def _reject_dynamic_shapes(ep) -> None:
+    """Packages have fixed shapes: an op whose output size depends on data fails the build."""
+    for node in ep.graph.nodes:
+        val = node.meta.get("val")
+        values = val if isinstance(val, (list, tuple)) else [val]
+        for v in values:
+            if isinstance(v, torch.Tensor) and not all(isinstance(d, int) for d in v.shape):
+                trace = (node.meta.get("stack_trace") or "").strip().splitlines()
+                where = ""
+                for line in trace:
+                    m = re.match(r'\s*File "(.+)", line (\d+)', line)
+                    if m:
+                        where = f" at {m.group(1).rsplit('/', 1)[-1]}:{m.group(2)}"
+                op = getattr(node.target, "__name__", str(node.target))
+                raise UnsupportedModelError(
+                    f"{op}{where} makes a tensor whose shape depends on the data ({tuple(v.shape)}); "
+                    "aotcombo packages fixed shapes",
+                    fix="compute a fixed-size result instead (torch.where with a mask, or a padded index list)",
+                )
 
 
 @contextlib.contextmanager
@@ -648,12 +673,13 @@ def _where(exc: BaseException) -> str:
     import sysconfig
     import traceback
 
-    skip = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)), sysconfig.get_paths()["stdlib"])
+    skip = (os.path.dirname(torch.__file__), os.path.dirname(__file__), sysconfig.get_paths()["stdlib"])
     user = None
     seen = exc
     while seen is not None:
         for frame in traceback.extract_tb(seen.__traceback__):
-            if frame.filename and not frame.filename.startswith(skip) and "site-packages" not in frame.filename:
+            name = frame.filename or "<"
+            if not name.startswith(skip + ("<",)) and "site-packages" not in name:
                 user = frame
         seen = seen.__cause__ or seen.__context__
     if user is None:

@@ -225,6 +225,12 @@ def buffers_and_constants():
     return M(), (_randn(12, seed=2),)
 
 
+def random_ops():
+    def fn(m, x):
+        return x + torch.rand_like(x), torch.randn(64, 64, device=x.device), F.dropout(x, 0.5, training=False)
+    return Lambda(fn), (_randn(64, 64),)
+
+
 def data_dependent_shape():
     return Lambda(lambda m, x: x[x > 0]), (_randn(16),)
 
@@ -243,4 +249,5 @@ SUPPORTED = {
         attention, attention_fp32_mask, aten_fallback, buffers_and_constants,
     )
 }
+RANDOM = {"random_ops": random_ops}
 UNSUPPORTED = {f.__name__: f for f in (data_dependent_shape, host_sync_item)}

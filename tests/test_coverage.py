@@ -52,6 +52,20 @@ def test_construct_matches_eager(name, dispatch, tmp_path):
         assert torch.equal(mine, theirs)
 
 
+def test_random_ops_draw_fresh_numbers(tmp_path):
+    model, example = coverage_models.random_ops()
+    result = build(model, example, arch=["sm_90"], name="cov", out=tmp_path)
+    x = fresh(example[0], 3)
+    first = interpret.run_variant(result, 0, [x])
+    second = interpret.run_variant(result, 0, [x])
+    uniform, normal, kept = first
+    assert torch.equal(kept, x)  # dropout with training=False is the identity
+    assert 0 <= float((uniform - x).min()) and float((uniform - x).max()) < 1
+    assert abs(float((uniform - x).mean()) - 0.5) < 0.05
+    assert abs(float(normal.mean())) < 0.1 and abs(float(normal.std()) - 1) < 0.1
+    assert not torch.equal(first[1], second[1])  # each call draws new numbers
+
+
 @pytest.mark.parametrize("name", sorted(coverage_models.UNSUPPORTED))
 def test_unsupported_construct_fails_clearly(name, tmp_path):
     model, example = coverage_models.UNSUPPORTED[name]()
