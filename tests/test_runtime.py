@@ -3,15 +3,20 @@
 import ctypes
 import json
 import shutil
+import struct
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from aotcombo.runtime import Package, check_inputs, choose_variant, cuda, input_specs
+from aotcombo.runtime import Package, check_inputs, choose_variant, cuda, graphs, input_specs, make_guard, package
+from aotcombo.runtime.graphs import GraphModel, StreamOrder, copy_into, flatten, fresh_copies, same_tensors, unflatten
+from aotcombo.runtime.package import Loaded, Model, check_options, default_graphs
 
 RUNTIME = Path(__file__).parents[1] / "aotcombo" / "runtime"
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -64,44 +69,334 @@ def test_choose_variant_message():
         choose_variant(_manifest([90], None), 80)
 
 
-# --- input guards -----------------------------------------------------------------
+# --- input guards: check_inputs (the message) and make_guard (the per-call check) ------
 
 SPECS = input_specs([
     {"name": "x", "shape": [64, 256], "stride": [256, 1], "dtype": "bfloat16", "align": 16},
     {"name": "n", "shape": [4], "stride": [1], "dtype": "int64", "align": 16},
 ])
+CPU = torch.device("cpu")
 
 
 def _good():
     return torch.zeros(64, 256, dtype=torch.bfloat16), torch.zeros(4, dtype=torch.int64)
 
 
-def test_guards_pass():
-    check_inputs(SPECS, _good())
-    check_inputs(SPECS, _good(), torch.device("cpu"))
+@pytest.fixture(params=["check_inputs", "make_guard"])
+def guard(request):
+    """Both guards: the detailed check and the fast per-call one, which must say the same."""
+    if request.param == "check_inputs":
+        return lambda inputs, device=CPU: check_inputs(SPECS, inputs, device)
+    return lambda inputs, device=CPU: make_guard(SPECS, device)(inputs)
 
 
-@pytest.mark.parametrize("make, error, message", [
-    (lambda x, n: (x,), ValueError, r"expected 2 inputs \(x, n\), got 1"),
-    (lambda x, n: (x, n, n), ValueError, r"expected 2 inputs \(x, n\), got 3"),
-    (lambda x, n: (x.tolist(), n), TypeError, r"input 0 \('x'\): expected a torch.Tensor, got list"),
-    (lambda x, n: (x.float(), n), TypeError, r"input 0 \('x'\): expected dtype torch.bfloat16, got torch.float32"),
-    (lambda x, n: (x[:, :255], n), ValueError, r"input 0 \('x'\): expected shape \(64, 256\), got \(64, 255\)"),
-    (lambda x, n: (x.t().contiguous().t(), n), ValueError,
-     r"input 0 \('x'\): expected stride \(256, 1\), got \(1, 64\)"),
-    (lambda x, n: (x, torch.zeros(5, dtype=torch.int64)[1:]), ValueError,
-     r"input 1 \('n'\): expected data_ptr aligned to 16 bytes, got one 8 bytes past \(storage offset 1\)"),
-    (lambda x, n: (torch.zeros(64 * 256 + 1, dtype=torch.bfloat16)[1:].view(64, 256), n), ValueError,
-     r"input 0 \('x'\): expected data_ptr aligned to 16 bytes, got one 2 bytes past \(storage offset 1\)"),
+def test_guards_pass(guard):
+    guard(_good())
+    check_inputs(SPECS, _good())  # device=None: no device check
+
+
+def test_guard_count(guard):
+    for inputs, got in (((_good()[0],), 1), ((*_good(), _good()[1]), 3), ((), 0)):
+        with pytest.raises(ValueError, match=rf"expected 2 inputs \(x, n\), got {got}$"):
+            guard(inputs)
+
+
+@pytest.mark.parametrize("value, kind", [([[0.0]], "list"), (3, "int"), (None, "NoneType")])
+def test_guard_type(guard, value, kind):
+    with pytest.raises(TypeError, match=rf"input 0 \('x'\): expected a torch.Tensor, got {kind}$"):
+        guard((value, _good()[1]))
+
+
+def test_guard_device(guard):
+    with pytest.raises(ValueError, match=r"input 0 \('x'\): expected device cuda:0, got cpu$"):
+        guard(_good(), torch.device("cuda", 0))
+
+
+def test_guard_dtype(guard):
+    x, n = _good()
+    with pytest.raises(TypeError, match=r"input 0 \('x'\): expected dtype torch.bfloat16, got torch.float32$"):
+        guard((x.float(), n))
+    with pytest.raises(TypeError, match=r"input 1 \('n'\): expected dtype torch.int64, got torch.int32$"):
+        guard((x, n.int()))
+
+
+def test_guard_shape(guard):
+    x, n = _good()
+    with pytest.raises(ValueError, match=r"input 0 \('x'\): expected shape \(64, 256\), got \(64, 255\)$"):
+        guard((x[:, :255], n))
+    with pytest.raises(ValueError, match=r"input 1 \('n'\): expected shape \(4,\), got \(1, 4\)$"):
+        guard((x, n[None]))
+
+
+def test_guard_stride(guard):
+    x, n = _good()
+    with pytest.raises(ValueError, match=r"input 0 \('x'\): expected stride \(256, 1\), got \(1, 64\)$"):
+        guard((x.t().contiguous().t(), n))
+
+
+def test_guard_alignment(guard):
+    x, n = _good()
+    with pytest.raises(ValueError, match=r"input 1 \('n'\): expected data_ptr aligned to 16 bytes, "
+                                         r"got one 8 bytes past \(storage offset 1\)$"):
+        guard((x, torch.zeros(5, dtype=torch.int64)[1:]))
+    with pytest.raises(ValueError, match=r"input 0 \('x'\): expected data_ptr aligned to 16 bytes, "
+                                         r"got one 2 bytes past \(storage offset 1\)$"):
+        guard((torch.zeros(64 * 256 + 1, dtype=torch.bfloat16)[1:].view(64, 256), n))
+
+
+def test_guard_fast_path(monkeypatch):
+    from aotcombo.runtime import inputs
+
+    guard = make_guard(SPECS, CPU)
+    monkeypatch.setattr(inputs, "check_inputs", lambda *a: pytest.fail("matching inputs took the slow path"))
+    guard(_good())
+    guard([*_good()])
+
+
+# --- load options -------------------------------------------------------------------
+
+STATIC = {"name": "m", "inputs": [{"name": "x", "shape": [4, 8], "stride": [8, 1], "dtype": "float32"}]}
+DYNAMIC = {"name": "m", "inputs": [{"name": "x", "shape": ["s0", 8], "stride": [8, 1], "dtype": "float32"}]}
+
+
+def test_default_graphs():
+    assert default_graphs(STATIC) and default_graphs({"inputs": []}) and default_graphs({})
+    assert not default_graphs(DYNAMIC)
+
+
+@pytest.mark.parametrize("graphs, expected", [(None, True), (True, True), (False, False)])
+def test_check_options(graphs, expected):
+    assert check_options(STATIC, graphs, True, True) is expected
+    assert check_options(STATIC, graphs, False, False) is expected
+    assert check_options(DYNAMIC, None, True, True) is False
+
+
+@pytest.mark.parametrize("options, message", [
+    ((1, True, True), r"load\(\): graphs must be True, False or None, got 1$"),
+    ((None, "yes", True), r"load\(\): copy_outputs must be True or False, got 'yes'$"),
+    ((None, True, None), r"load\(\): check_inputs must be True or False, got None$"),
 ])
-def test_guards_fail(make, error, message):
-    with pytest.raises(error, match=message):
-        check_inputs(SPECS, make(*_good()))
+def test_check_options_types(options, message):
+    with pytest.raises(TypeError, match=message):
+        check_options(STATIC, *options)
 
 
-def test_guard_device():
-    with pytest.raises(ValueError, match=r"input 0 \('x'\): expected device cuda:0, got cpu"):
-        check_inputs(SPECS, _good(), torch.device("cuda", 0))
+def test_check_options_dynamic():
+    with pytest.raises(ValueError, match="graphs=True needs static input shapes; m has dynamic ones"):
+        check_options(DYNAMIC, True, True, True)
+
+
+def test_load_checks_options_first(tmp_path):
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": 1, **STATIC}))
+    with pytest.raises(TypeError, match="copy_outputs must be True or False"):
+        Package(tmp_path).load("cuda", copy_outputs=None)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'graph'"):
+        Package(tmp_path).load("cuda", graph=True)
+    with pytest.raises(TypeError, match="positional"):
+        Package(tmp_path).load("cuda", True)
+
+
+def test_load_modes(tmp_path, monkeypatch):
+    """load()'s choices, with the device, the loading and the capture faked."""
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": 1, **STATIC}))
+    loads, captures = [], []
+    specs = input_specs(STATIC["inputs"])
+    loaded = Loaded("m", "sm_90", torch.device("cuda", 0), 1, None, [], [], specs)
+    monkeypatch.setattr(package, "_device_index", lambda device: 0)
+    monkeypatch.setattr(Package, "_load", lambda self, index: loads.append(index) or loaded)
+
+    def capture(model, copy_outputs):
+        captures.append((model, copy_outputs))
+        return "graph model"
+
+    monkeypatch.setattr(GraphModel, "capture", staticmethod(capture))
+    p = Package(tmp_path)
+    assert p.load() == "graph model" and captures[0][1] is True and captures[0][0]._guard is not None
+    assert p.load(copy_outputs=False, check_inputs=False) == "graph model"
+    assert captures[1][1] is False and captures[1][0]._guard is None
+    model = p.load(graphs=False)
+    assert isinstance(model, Model) and len(captures) == 2 and loads == [0]  # loaded once per device
+
+    def failing(model, copy_outputs):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(GraphModel, "capture", staticmethod(failing))
+    with pytest.warns(UserWarning, match="m: capturing the forward in a CUDA graph failed: operation not permitted"):
+        assert isinstance(p.load(), Model)  # the default falls back to op by op
+    with pytest.raises(RuntimeError, match=r"graph failed: operation not .*; load\(..., graphs=False\) runs it"):
+        p.load(graphs=True)
+
+
+# --- graph mode, without a GPU: output trees, copies, stream order, a fake graph ------
+
+def test_flatten_unflatten():
+    a, b, c = torch.ones(1), torch.ones(2), torch.ones(3)
+    for tree, leaves in [(a, [a]), ((a,), [a]), ((a, b), [a, b]), ([a, None, 3], [a]), (None, []),
+                         ({"s": a, "t": (b, [c])}, [a, b, c]), ((), []), ((a, {"u": None, "v": b}), [a, b])]:
+        got, spec = flatten(tree)
+        assert all(x is y for x, y in zip(got, leaves, strict=True))
+        rebuilt = unflatten(spec, got)
+        assert _same_tree(rebuilt, tree)
+        copies = [x.clone() for x in got]
+        assert all(x is y for x, y in zip(flatten(unflatten(spec, copies))[0], copies, strict=True))
+
+
+def _same_tree(x, y):
+    if isinstance(x, torch.Tensor):
+        return x is y
+    if isinstance(x, (tuple, list)):
+        return type(x) is type(y) and len(x) == len(y) and all(map(_same_tree, x, y))
+    if isinstance(x, dict):
+        return list(x) == list(y) and all(_same_tree(x[k], y[k]) for k in x)
+    return x == y
+
+
+@pytest.mark.parametrize("n", [1, graphs.FOREACH_FROM - 1, graphs.FOREACH_FROM, 40])
+def test_copies(n):
+    sources = [torch.randn(3, 5 + i)[:, 1:] for i in range(n)]  # strided views among them
+    targets = [torch.empty(3, 4 + i) for i in range(n)]
+    copy_into(targets, sources)
+    assert all(torch.equal(t, s) for t, s in zip(targets, sources))
+    copies = fresh_copies(sources)
+    assert all(torch.equal(c, s) and c.data_ptr() != s.data_ptr() for c, s in zip(copies, sources))
+
+
+def test_same_tensors():
+    a, b = torch.ones(1), torch.ones(1)
+    assert same_tensors((a, b), (a, b)) and same_tensors((), ())
+    assert not same_tensors((a,), (a, b)) and not same_tensors((a, b), (a,)) and not same_tensors((b, a), (a, b))
+    assert not same_tensors((a, b.clone()), (a, b))
+
+
+class _Stream:
+    def __init__(self, raw, log):
+        self.raw, self.log = raw, log
+
+    def wait_event(self, event):
+        self.log.append(("wait", self.raw, event.recorded_on))
+
+
+class _Event:
+    recorded_on = None
+
+    def record(self, stream):
+        self.recorded_on = stream.raw
+
+
+def test_stream_order():
+    log, current = [], [1]
+    order = StreamOrder(lambda: current[0], lambda: _Stream(current[0], log), _Event())
+    order.join()
+    order.join()
+    assert log == []  # the first stream, then the same one: nothing to wait for
+    current[0] = 2
+    order.join()
+    assert log == [("wait", 2, 1)]  # stream 2 waits for what stream 1 had queued
+    order.join()
+    current[0] = 1
+    order.join()
+    assert log == [("wait", 2, 1), ("wait", 1, 2)]
+
+
+class _FakeGraph:
+    """Replays "out = 2 x + replays" into its static output, like a graph would."""
+
+    def __init__(self, inputs):
+        self.x, self.out, self.replays = inputs[0], torch.zeros(4), 0
+
+    def replay(self):
+        self.replays += 1
+        time.sleep(0)  # let another thread in, as a replay on a GPU would
+        self.out.copy_(self.x * 2 + self.replays)
+
+
+class _NoOrder:
+    def join(self):
+        pass
+
+
+def _graph_model(copy_outputs=True, guard=True, log=None):
+    specs = input_specs([{"name": "x", "shape": [4], "stride": [1], "dtype": "float32", "align": 16}])
+    checked = make_guard(specs, CPU)
+
+    def counting_guard(inputs):
+        log.append("guard") if log is not None else None
+        checked(inputs)
+
+    model = SimpleNamespace(name="m", variant="sm_90", device=CPU, weights=[], _guard=counting_guard if guard else None)
+    inputs = graphs.allocate(specs, CPU)
+    graph = _FakeGraph(inputs)
+    return GraphModel(model, graph, inputs, {"y": (graph.out, None)}, copy_outputs, _NoOrder()), graph
+
+
+def test_graph_model_keeps_outputs():
+    model, graph = _graph_model()
+    x = torch.arange(4.0)
+    first = model(x)
+    second = model(x + 1)
+    assert list(first) == ["y"] and first["y"][1] is None
+    assert torch.equal(first["y"][0], x * 2 + 1)  # kept: not overwritten by the next call
+    assert torch.equal(second["y"][0], (x + 1) * 2 + 2)
+    assert first["y"][0] is not graph.out and second["y"][0] is not graph.out
+
+
+def test_graph_model_static_outputs():
+    model, graph = _graph_model(copy_outputs=False)
+    x = torch.arange(4.0)
+    first = model(x)
+    assert first["y"][0] is graph.out and torch.equal(first["y"][0], x * 2 + 1)
+    model(x + 1)
+    assert torch.equal(first["y"][0], (x + 1) * 2 + 2)  # valid until the next call only
+
+
+def test_graph_model_static_inputs():
+    log = []
+    model, graph = _graph_model(log=log)
+    static = model.static_inputs()
+    assert static[0] is graph.x and static[0].data_ptr() % 16 == 0
+    static[0].copy_(torch.arange(4.0))
+    assert torch.equal(model(*static)["y"][0], torch.arange(4.0) * 2 + 1)
+    assert log == []  # the static inputs themselves: no guard, no copy
+    model(torch.ones(4))
+    assert log == ["guard"] and torch.equal(static[0], torch.ones(4))
+
+
+def test_graph_model_guards_before_copying():
+    model, graph = _graph_model()
+    model.static_inputs()[0].fill_(7)
+    with pytest.raises(ValueError, match=r"input 0 \('x'\): expected shape \(4,\), got \(5,\)"):
+        model(torch.ones(5))
+    with pytest.raises(ValueError, match=r"expected 1 inputs \(x\), got 2"):
+        model(torch.ones(4), torch.ones(4))
+    assert graph.replays == 0 and torch.equal(model.static_inputs()[0], torch.full((4,), 7.0))
+
+
+def test_graph_model_unchecked():
+    model, graph = _graph_model(guard=False)
+    out = model(torch.arange(4, dtype=torch.int64))  # no guard: the copy converts
+    assert torch.equal(out["y"][0], torch.arange(4.0) * 2 + 1)
+
+
+def test_graph_model_threads():
+    model, graph = _graph_model()
+    errors = []
+
+    def worker(i):
+        try:
+            for j in range(100):
+                x = torch.full((4,), float(1000 * i + j))
+                replay = model(x)["y"][0] - 2 * x  # the replay number this call saw, unless calls mixed
+                if not (1 <= replay[0] <= 200 and (replay == replay[0]).all()):
+                    errors.append((i, j, replay))
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and graph.replays == 200
 
 
 # --- imports, the driver, loading without a GPU -------------------------------------
@@ -148,6 +443,175 @@ def test_package_without_gpu(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"format": 2}))
     with pytest.raises(RuntimeError, match="manifest format 2 is not 1"):
         Package(tmp_path).manifest
+
+
+# --- the launcher and the Model, on a fake libcuda (C, compiled here) ------------------
+
+FAKE_LIBCUDA = r"""
+#include <stdint.h>
+#include <string.h>
+typedef struct { unsigned grid[3], block[3], shared; void *stream, *attrs; unsigned num_attrs; } Config;
+uint64_t fake_launch[9], fake_params[64];  /* what the last launch received */
+int fake_nparams, fake_result, fake_launches, fake_ex_launches;
+void *fake_ctx;
+int cuGetErrorName(int r, const char **s) { *s = r == 1 ? "CUDA_ERROR_INVALID_VALUE" : 0; return 0; }
+int cuGetErrorString(int r, const char **s) { *s = "fake error"; return 0; }
+int cuInit(unsigned flags) { return 0; }
+int cuDeviceGet(int *d, int i) { *d = i; return 0; }
+int cuDevicePrimaryCtxRetain(void **c, int d) { *c = (void *)(uintptr_t)(0x1000 + d); return 0; }
+int cuCtxGetCurrent(void **c) { *c = fake_ctx; return 0; }
+int cuCtxSetCurrent(void *c) { fake_ctx = c; return 0; }
+int cuModuleLoadData(void **m, const void *image) { *m = (void *)0x2000; return 0; }
+int cuModuleGetFunction(void **f, void *m, const char *name) { *f = (void *)(0x3000 + strlen(name)); return 0; }
+int cuFuncSetAttribute(void *f, int attribute, int value) { return 0; }
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                   unsigned shared, void *stream, void **params, void **extra) {
+  uint64_t head[9] = {(uintptr_t)f, gx, gy, gz, bx, by, bz, shared, (uintptr_t)stream};
+  memcpy(fake_launch, head, sizeof head);
+  for (int i = 0; i < fake_nparams; i++) fake_params[i] = *(uint64_t *)params[i];
+  fake_launches++;
+  return fake_result;
+}
+#ifndef NO_EX
+int cuLaunchKernelEx(const Config *c, void *f, void **params, void **extra) {
+  fake_ex_launches++;
+  if (c->attrs || c->num_attrs) return 1;
+  return cuLaunchKernel(f, c->grid[0], c->grid[1], c->grid[2], c->block[0], c->block[1], c->block[2],
+                        c->shared, c->stream, params, extra);
+}
+#endif
+"""
+
+
+@pytest.fixture(scope="session")
+def fake_libcuda(tmp_path_factory):
+    """Paths of two fake libcudas: with cuLaunchKernelEx, and without (an old driver)."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build the fake libcuda")
+    root = tmp_path_factory.mktemp("fake_libcuda")
+    (root / "fake.c").write_text(FAKE_LIBCUDA)
+    paths = {"new": root / "libcuda_new.so", "old": root / "libcuda_old.so"}
+    for kind, path in paths.items():
+        flags = ["-DNO_EX"] if kind == "old" else []
+        subprocess.run([compiler, "-shared", "-fPIC", "-O1", *flags, "-o", str(path), str(root / "fake.c")], check=True)
+    return paths
+
+
+@pytest.fixture(params=["new", "old"])
+def fake(request, fake_libcuda, monkeypatch):
+    """The runtime's driver replaced by a fake; yields a reader of what the fake saw."""
+    path = str(fake_libcuda[request.param])
+    monkeypatch.setattr(cuda, "LIBRARY", path)
+    monkeypatch.setattr(cuda, "_driver_instance", None)
+    lib = ctypes.CDLL(path)
+    for name in ("fake_nparams", "fake_result", "fake_launches", "fake_ex_launches"):
+        ctypes.c_int.in_dll(lib, name).value = 0
+    ctypes.c_void_p.in_dll(lib, "fake_ctx").value = None
+    return SimpleNamespace(
+        kind=request.param,
+        lib=lib,
+        launch=lambda: list((ctypes.c_uint64 * 9).in_dll(lib, "fake_launch")),
+        params=lambda n: (ctypes.c_int.in_dll(lib, "fake_nparams").__setattr__("value", n),
+                          list((ctypes.c_uint64 * n).in_dll(lib, "fake_params")))[1],
+        count=lambda name: ctypes.c_int.in_dll(lib, f"fake_{name}").value,
+        set=lambda name, value: setattr(ctypes.c_int.in_dll(lib, f"fake_{name}"), "value", value),
+    )
+
+
+def test_fake_launch_pointers(fake):
+    fake.params(5)
+    kernel = cuda.Kernel(0x3007, (5, 2, 1), 4, 100, ["*fp32", "*bf16", "ptr"], (16, 128), (0, 1), "cpu")
+    launch = kernel.bind(0x77)
+    tensors = [torch.empty(8) for _ in range(3)]
+    launch(*tensors)
+    assert fake.launch() == [0x3007, 5, 2, 1, 128, 1, 1, 100, 0x77]
+    params = fake.params(5)
+    assert params[:3] == [t.data_ptr() for t in tensors]
+    assert params[3] % 128 == 0 and params[3] != 0 and params[4] == 0  # global scratch: 10 blocks x 16 bytes
+    assert fake.count("ex_launches") == (1 if fake.kind == "new" else 0)
+    assert fake.count("launches") == 1
+    tensors.reverse()
+    launch(*tensors)
+    assert fake.params(3) == [t.data_ptr() for t in tensors]
+    with pytest.raises(TypeError, match="kernel takes 3 arguments, got 2"):
+        launch(*tensors[:2])
+
+
+def test_fake_launch_scalars(fake):
+    fake.params(4)
+    kernel = cuda.Kernel(0x3007, (1, 1, 1), 1, 0, ["*fp32", "i32", "fp32", "i64"], device="cpu")
+    x = torch.empty(8)
+    kernel(0x99, x, -3, 1.5, -(2**40))  # the convenience call binds once per stream
+    kernel(0x99, x, -3, 1.5, -(2**40))
+    assert list(kernel._bound) == [0x99] and fake.launch()[8] == 0x99
+    pointer, i32, fp32, i64 = fake.params(4)
+    assert pointer == x.data_ptr() and i32 & 0xFFFFFFFF == -3 & 0xFFFFFFFF and i64 == -(2**40) & (2**64 - 1)
+    assert struct.unpack("<f", (fp32 & 0xFFFFFFFF).to_bytes(4, "little"))[0] == 1.5
+    with pytest.raises(TypeError, match="kernel takes 4 arguments, got 1"):
+        kernel(0x99, x)
+
+
+def test_fake_launch_error(fake):
+    fake.set("result", 1)
+    launch = cuda.Kernel(0x3007, (1, 1, 1), 1, 0, ["ptr"], device="cpu").bind(0)
+    name = "cuLaunchKernelEx" if fake.kind == "new" else "cuLaunchKernel"
+    with pytest.raises(cuda.CudaError, match=f"^{name} failed: CUDA_ERROR_INVALID_VALUE: fake error$"):
+        launch(torch.empty(1))
+    with pytest.raises(ValueError, match="unknown kernel parameter kind 'bf16'"):
+        cuda.Kernel(0x3007, (1, 1, 1), 1, 0, ["ptr", "bf16"], device="cpu")
+
+
+def test_launcher_is_pluggable(fake, monkeypatch):
+    seen = []
+    monkeypatch.setattr(cuda, "launcher", lambda kernel, stream, scratch, keep: seen.append((stream, scratch)) or len)
+    assert cuda.Kernel(0x3007, (2, 1, 1), 1, 0, ["ptr"], (0, 1), (4, 64), "cpu").bind(5) is len
+    assert seen[0][0] == 5 and seen[0][1][0] == 0 and seen[0][1][1] % 64 == 0
+
+
+def test_fake_contexts(fake):
+    assert cuda.current_context() == 0
+    ctx = cuda.primary_context(1)
+    assert ctx == 0x1001
+    cuda.set_current_context(ctx)
+    assert cuda.current_context() == ctx
+    assert cuda.get_function(cuda.load_module(b"// ptx"), "add") == 0x3003
+
+
+def _fake_model(check=False):
+    def forward(kernels, weights, device, x):
+        kernels[0](x, weights[0])
+        return cuda.current_context(), device
+
+    kernel = cuda.Kernel(0x3007, (1, 1, 1), 1, 0, ["ptr", "ptr"], device="cpu")
+    specs = input_specs([{"name": "x", "shape": [2], "stride": [1], "dtype": "float32", "align": 16}])
+    loaded = Loaded("m", "sm_90", torch.device("cuda", 1), 0x1001, forward, [kernel], [torch.ones(2)], specs)
+    return Model(loaded, check)
+
+
+def test_fake_model_run(fake, monkeypatch):
+    fake.params(2)
+    streams = iter([0x10, 0x10, 0x20])
+    monkeypatch.setattr(package, "_raw_stream", lambda index: next(streams))
+    model = _fake_model()
+    x = torch.ones(2)
+    for stream in (0x10, 0x10, 0x20):
+        context, device = model(x)
+        assert context == 0x1001 and device == torch.device("cuda", 1)  # the model's context, during the call
+        assert cuda.current_context() == 0  # and the thread's own after it
+        assert fake.launch()[8] == stream and fake.params(2) == [x.data_ptr(), model.weights[0].data_ptr()]
+    assert list(model._bound) == [0x10, 0x20]
+    cuda.set_current_context(0x1001)
+    monkeypatch.setattr(package, "_raw_stream", lambda index: 0x20)
+    assert model(x)[0] == 0x1001 and cuda.current_context() == 0x1001
+
+
+def test_fake_model_guards(fake, monkeypatch):
+    monkeypatch.setattr(package, "_raw_stream", lambda index: 0x10)
+    with pytest.raises(ValueError, match=r"input 0 \('x'\): expected device cuda:1, got cpu"):
+        _fake_model(check=True)(torch.ones(2))
+    assert fake.count("launches") == 0
+    assert repr(_fake_model()) == "<Model m sm_90 on cuda:1>"
 
 
 # --- on a GPU ---------------------------------------------------------------------
@@ -254,15 +718,17 @@ def _write_package(root, name, variant):
 
 @pytest.mark.gpu
 @needs_gpu
+@pytest.mark.parametrize("graphs", [False, True], ids=["op_by_op", "graph"])
 @pytest.mark.parametrize("variant", ["cubin", "ptx"])
-def test_package_runs(tmp_path, monkeypatch, variant):
-    name = f"aotcombo_rt_test_{variant}"
+def test_package_runs(tmp_path, monkeypatch, variant, graphs):
+    name = f"aotcombo_rt_test_{variant}_{graphs}"
     pkg, w = _write_package(tmp_path, name, variant)
     monkeypatch.syspath_prepend(str(tmp_path))
     package = Package(pkg, name)
-    model = package.load("cuda:0")
+    model = package.load("cuda:0", graphs=graphs)
+    assert isinstance(model, GraphModel) is graphs
     assert model.variant == ("ptx" if variant == "ptx" else f"sm_{_arch()}")
-    assert package.load("cuda").weights is model.weights  # loaded once per device
+    assert package.load("cuda", graphs=False).weights is model.weights  # loaded once per device
     x = torch.randn(64, 256, device="cuda")
     torch.testing.assert_close(model(x), x + w.cuda())
     with pytest.raises(ValueError, match=r"input 0 \('x'\): expected shape"):
@@ -288,29 +754,33 @@ def test_package_runs(tmp_path, monkeypatch, variant):
         t.join()
     assert not errors, errors
     assert results == {0: True, 1: True}
-    assert len(model._bound) >= 2  # one bound list per stream
+    if not graphs:
+        assert len(model._bound) >= 2  # one bound list per stream
 
 
 @pytest.mark.gpu
 @needs_gpu
-def test_package_on_a_thread_without_context(tmp_path, monkeypatch):
-    name = "aotcombo_rt_test_noctx"
+@pytest.mark.parametrize("graphs", [False, True], ids=["op_by_op", "graph"])
+def test_package_on_a_thread_without_context(tmp_path, monkeypatch, graphs):
+    name = f"aotcombo_rt_test_noctx_{graphs}"
     pkg, w = _write_package(tmp_path, name, "cubin")
     monkeypatch.syspath_prepend(str(tmp_path))
-    model = Package(pkg, name).load("cuda:0")
+    model = Package(pkg, name).load("cuda:0", graphs=graphs)
     x = torch.randn(64, 256, device="cuda")
+    torch.cuda.synchronize()
     seen = []
 
     def worker():
         cuda.set_current_context(0)
         out = model(x)
-        seen.append(cuda.current_context())  # the model put back what it found
-        cuda.set_current_context(model._context)
+        seen.append(cuda.current_context())
+        cuda.set_current_context(cuda.primary_context(0))
         torch.cuda.synchronize()
         seen.append(out)
 
     thread = threading.Thread(target=worker)
     thread.start()
     thread.join()
-    assert seen[0] == 0
+    if not graphs:
+        assert seen[0] == 0  # the model put back what it found (torch's ops may not)
     torch.testing.assert_close(seen[1], x + w.cuda())

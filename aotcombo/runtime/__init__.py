@@ -2,11 +2,15 @@
 
 ``Package(dir).load("cuda:0")`` reads the package's manifest.json, picks the cubin (or PTX)
 variant for the GPU, loads its kernels through the CUDA driver API (``cuda``, ctypes), moves
-the weights to the device once, and returns a ``Model``: calling it checks the inputs and
-runs the package's generated program, whose launches go to torch's current stream.
+the weights to the device once, and returns a model: by default a ``GraphModel`` that
+replays the whole forward as one CUDA graph (graphs.py), else a ``Model`` that runs the
+package's generated program op by op. Calls check the inputs against the manifest first.
 """
 
 from .cuda import CudaError, Kernel
-from .package import Model, Package, check_inputs, choose_variant, input_specs
+from .graphs import GraphModel
+from .inputs import check_inputs, input_specs, make_guard
+from .package import Model, Package, choose_variant
 
-__all__ = ["CudaError", "Kernel", "Model", "Package", "check_inputs", "choose_variant", "input_specs"]
+__all__ = ["CudaError", "GraphModel", "Kernel", "Model", "Package", "check_inputs", "choose_variant",
+           "input_specs", "make_guard"]

@@ -3,20 +3,30 @@
 ``libcuda.so.1`` is opened on first use, never at import, so a package imports on a
 machine without a GPU. Every call's CUresult is checked: a failure raises CudaError
 (a RuntimeError) naming the call and the driver's own error name and text.
+
+Launching: ``Kernel.bind(stream)`` returns a launcher, ``launch(*args)``, made by the
+module attribute ``launcher`` (the pluggable fast path: a C extension with the same
+signature may replace ``_ctypes_launcher``). The ctypes one prebuilds everything but
+the parameter values; a launch packs the arguments' ``data_ptr()`` into the parameter
+storage and makes a single foreign call, through a PyDLL handle: it keeps the GIL, so
+no other Python thread writes the storage before the driver has copied it (CPython
+3.10-3.12; a free-threaded build would need a lock per launcher).
 """
 
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 from ctypes import POINTER, byref, c_char_p, c_int, c_uint, c_void_p
 
 import torch
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+LIBRARY = "libcuda.so.1"
 
 # The functions used, with their argument types; each returns a CUresult. None has a
-# versioned (_v2) export: cuda.h renames only cuLaunchKernel, and only for per-thread
+# versioned (_v2) export: cuda.h renames only the launches, and only for per-thread
 # default stream builds (to _ptsz), which we do not want: torch's streams are explicit.
 _API = {
     "cuGetErrorName": [c_int, POINTER(c_char_p)],
@@ -41,66 +51,84 @@ _CTYPES = {
 }
 
 
+class LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig: grid, block, shared memory and stream of a cuLaunchKernelEx."""
+
+    _fields_ = [("grid", c_uint * 3), ("block", c_uint * 3), ("shared", c_uint), ("stream", c_void_p),
+                ("attrs", c_void_p), ("num_attrs", c_uint)]
+
+
 class CudaError(RuntimeError):
     """A CUDA driver call failed, or the driver could not be loaded."""
 
 
-_lib = None
+class _Driver:
+    """libcuda opened twice: ``lib`` (CDLL, typed) for setup calls, ``fast`` (PyDLL,
+    untyped: arguments are prebuilt ctypes objects) for the per-call ones."""
+
+    def __init__(self, path: str):
+        try:
+            self.lib, fast = ctypes.CDLL(path), ctypes.PyDLL(path)
+        except OSError as e:
+            raise CudaError(f"cannot load the CUDA driver library {path} ({e}): "
+                            "an NVIDIA driver and a GPU are needed to run this model") from None
+        for name, argtypes in _API.items():
+            try:
+                fn = getattr(self.lib, name)
+            except AttributeError:
+                raise CudaError(f"{path} has no {name}: the NVIDIA driver is too old") from None
+            fn.argtypes, fn.restype = argtypes, c_int
+        # cuLaunchKernelEx (CUDA >= 11.8; what Triton calls) takes 4 arguments to ctypes' 11
+        self.launch_ex, self.launch = getattr(fast, "cuLaunchKernelEx", None), fast.cuLaunchKernel
+        self.get_context = fast.cuCtxGetCurrent
+        self.context = c_void_p()  # cuCtxGetCurrent's out-parameter, written under the GIL
+        self.context_ref = byref(self.context)
+        self.check("cuInit", self.lib.cuInit(0))
+
+    def check(self, call: str, result: int) -> None:
+        if result:
+            name, text = c_char_p(), c_char_p()
+            self.lib.cuGetErrorName(result, byref(name)), self.lib.cuGetErrorString(result, byref(text))
+            raise CudaError(f"{call} failed: {(name.value or b'CUDA error %d' % result).decode()}: "
+                            f"{(text.value or b'unknown error').decode()}")
+
+    def call(self, name: str, *args) -> None:
+        self.check(name, getattr(self.lib, name)(*args))
+
+
+_driver_instance = None
 _lock = threading.Lock()
 
 
-def _driver() -> ctypes.CDLL:
-    """The driver library, opened and initialised (cuInit) on first use."""
-    global _lib
-    if _lib is None:
+def _driver() -> _Driver:
+    """The driver, opened and initialised (cuInit) on first use."""
+    global _driver_instance
+    if _driver_instance is None:
         with _lock:
-            if _lib is None:
-                try:
-                    lib = ctypes.CDLL("libcuda.so.1")
-                except OSError as e:
-                    raise CudaError(f"cannot load the CUDA driver library libcuda.so.1 ({e}): "
-                                    "an NVIDIA driver and a GPU are needed to run this model") from None
-                for name, argtypes in _API.items():
-                    try:
-                        fn = getattr(lib, name)
-                    except AttributeError:
-                        raise CudaError(f"libcuda.so.1 has no {name}: the NVIDIA driver is too old") from None
-                    fn.argtypes, fn.restype = argtypes, c_int
-                _check(lib, "cuInit", lib.cuInit(0))
-                _lib = lib
-    return _lib
-
-
-def _check(lib: ctypes.CDLL, call: str, result: int) -> None:
-    if result:
-        name, text = c_char_p(), c_char_p()
-        lib.cuGetErrorName(result, byref(name)), lib.cuGetErrorString(result, byref(text))
-        raise CudaError(f"{call} failed: {(name.value or b'CUDA error %d' % result).decode()}: "
-                        f"{(text.value or b'unknown error').decode()}")
-
-
-def _call(name: str, *args) -> None:
-    lib = _driver()
-    _check(lib, name, getattr(lib, name)(*args))
+            if _driver_instance is None:
+                _driver_instance = _Driver(LIBRARY)
+    return _driver_instance
 
 
 def primary_context(device_index: int) -> int:
     """Retain the primary context of a device (the one torch uses) and return it."""
     device, ctx = c_int(), c_void_p()
-    _call("cuDeviceGet", byref(device), device_index)
-    _call("cuDevicePrimaryCtxRetain", byref(ctx), device)
+    _driver().call("cuDeviceGet", byref(device), device_index)
+    _driver().call("cuDevicePrimaryCtxRetain", byref(ctx), device)
     return ctx.value
 
 
 def current_context() -> int:
     """The calling thread's current context, 0 if none."""
-    ctx = c_void_p()
-    _call("cuCtxGetCurrent", byref(ctx))
-    return ctx.value or 0
+    d = _driver()
+    result = d.get_context(d.context_ref)
+    if result:
+        d.check("cuCtxGetCurrent", result)
+    return d.context.value or 0
 
 
 def set_current_context(ctx: int) -> None:
-    _call("cuCtxSetCurrent", ctx or None)
+    _driver().call("cuCtxSetCurrent", ctx or None)
 
 
 def load_module(image: bytes) -> int:
@@ -108,60 +136,111 @@ def load_module(image: bytes) -> int:
     if not image.startswith(b"\x7fELF") and not image.endswith(b"\0"):
         image += b"\0"  # PTX must be NUL-terminated
     module = c_void_p()
-    _call("cuModuleLoadData", byref(module), image)
+    _driver().call("cuModuleLoadData", byref(module), image)
     return module.value
 
 
 def get_function(module: int, name: str) -> int:
     function = c_void_p()
-    _call("cuModuleGetFunction", byref(function), module, name.encode())
+    _driver().call("cuModuleGetFunction", byref(function), module, name.encode())
     return function.value
 
 
 class Kernel:
-    """One launch site of a compiled Triton kernel: ``kernel(stream, *args)`` launches it.
+    """A loaded Triton kernel with its launch fixed: grid, warps, shared memory, parameter kinds.
 
-    The ctypes storage of the parameters is made once; a call writes each argument (a
-    tensor's ``data_ptr()``, or a number) into it and calls cuLaunchKernel, under a lock
-    since the storage is shared between threads. Triton >= 3.3 kernels take two more
-    pointers after the declared parameters, global and profile scratch: NULL when the
-    size is 0, else a device buffer of size x blocks, allocated per stream on first use.
+    Triton >= 3.3 kernels take two more pointers after the declared parameters, global
+    and profile scratch: NULL when the size is 0, else a device buffer of size x blocks,
+    allocated per bound stream, so concurrent streams never share one.
     """
 
     def __init__(self, function: int, grid, num_warps: int, shared: int, params,
                  global_scratch=(0, 1), profile_scratch=(0, 1), device="cuda"):
-        self._lib = _driver()
-        try:
-            self._slots = [_CTYPES["ptr" if k.startswith("*") else k]() for k in params]
-        except KeyError as e:
-            raise ValueError(f"unknown kernel parameter kind {e}; known: {', '.join(_CTYPES)}") from None
-        tail = [c_void_p(), c_void_p()]
+        self.driver = _driver()
+        unknown = [k for k in params if not k.startswith("*") and k not in _CTYPES]
+        if unknown:
+            raise ValueError(f"unknown kernel parameter kind {unknown[0]!r}; known: {', '.join(_CTYPES)}")
+        self.function, self.grid, self.block, self.shared = function, tuple(grid), 32 * num_warps, shared
+        self.params = ["ptr" if k.startswith("*") else k for k in params]
         blocks = grid[0] * grid[1] * grid[2]
-        self._scratch = [(slot, size * blocks, align) for slot, (size, align)
-                         in zip(tail, (global_scratch, profile_scratch)) if size]
-        self._storage = self._slots + tail  # argv holds bare addresses: keep the storage alive
-        self._argv = (c_void_p * len(self._storage))(*map(ctypes.addressof, self._storage))
-        self._head = (function, *grid, 32 * num_warps, 1, 1, shared)
-        self._device, self._buffers, self._lock = torch.device(device), {}, threading.Lock()
+        self.scratch = [(size * blocks, align) for size, align in (global_scratch, profile_scratch)]
+        self.device, self._bound = torch.device(device), {}
         if shared > 48 * 1024:
-            _call("cuFuncSetAttribute", function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
+            self.driver.call("cuFuncSetAttribute", function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
+
+    def bind(self, stream: int):
+        """A launcher of this kernel on ``stream`` (a raw CUstream), allocating its scratch
+        on torch's current stream, which should be ``stream``."""
+        buffers = [torch.empty(size + align, dtype=torch.uint8, device=self.device) if size else None
+                   for size, align in self.scratch]
+        pointers = [-(-b.data_ptr() // align) * align if b is not None else 0
+                    for b, (_, align) in zip(buffers, self.scratch)]
+        return launcher(self, stream, pointers, buffers)
 
     def __call__(self, stream: int, *args) -> None:
-        if len(args) != len(self._slots):
-            raise TypeError(f"kernel takes {len(self._slots)} arguments, got {len(args)}")
-        with self._lock:
-            for slot, arg in zip(self._slots, args):
-                slot.value = arg.data_ptr() if isinstance(arg, torch.Tensor) else arg
-            if self._scratch:
-                self._set_scratch(stream)
-            result = self._lib.cuLaunchKernel(*self._head, stream, self._argv, None)
-        if result:
-            _check(self._lib, "cuLaunchKernel", result)
+        """Launch on ``stream`` (binds once per stream; the program calls bound launchers)."""
+        launch = self._bound.get(stream) or self._bound.setdefault(stream, self.bind(stream))
+        launch(*args)
 
-    def _set_scratch(self, stream: int) -> None:
-        buffers = self._buffers.get(stream)
-        if buffers is None:  # kept for the launcher's life: concurrent streams never share one
-            buffers = self._buffers[stream] = [
-                torch.empty(n + align, dtype=torch.uint8, device=self._device) for _, n, align in self._scratch]
-        for (slot, _, align), buffer in zip(self._scratch, buffers):
-            slot.value = -(-buffer.data_ptr() // align) * align
+
+def _ctypes_launcher(kernel: Kernel, stream: int, scratch: list[int], keep_alive):
+    """``launch(*args)``: ``kernel`` on ``stream`` through ctypes: cuLaunchKernelEx, or cuLaunchKernel
+    on a driver older than CUDA 11.8."""
+    n, pointers_only = len(kernel.params), all(k == "ptr" for k in kernel.params)
+    if pointers_only:  # all aotcombo builds: the parameters are one packed array
+        storage = (ctypes.c_uint64 * (n + 2))(*[0] * n, *scratch)
+        addresses = [ctypes.addressof(storage) + 8 * i for i in range(n + 2)]
+    else:
+        storage = [_CTYPES[k]() for k in kernel.params] + [c_void_p(p) for p in scratch]
+        addresses = [ctypes.addressof(slot) for slot in storage]
+    argv = (c_void_p * (n + 2))(*addresses)
+    call, config = _launch_call(kernel, stream, argv)
+    launch = (_pointers_launch if pointers_only else _slots_launch)(kernel.driver, call, storage, n)
+    launch.keep_alive = (storage, argv, config, keep_alive)  # the call holds bare addresses
+    return launch
+
+
+def _launch_call(kernel: Kernel, stream: int, argv) -> tuple:
+    """(function, arguments) of the driver call that launches ``kernel`` on ``stream``
+    with parameters ``argv``, and the launch config it points to (None without one)."""
+    function, block, launch_ex = c_void_p(kernel.function), (kernel.block, 1, 1), kernel.driver.launch_ex
+    if launch_ex is not None:
+        config = LaunchConfig(kernel.grid, block, kernel.shared, stream, None, 0)
+        return (launch_ex, (c_void_p(ctypes.addressof(config)), function, argv, None)), config
+    return (kernel.driver.launch, (function, *map(c_uint, kernel.grid + block), c_uint(kernel.shared),
+                                   c_void_p(stream), argv, None)), None
+
+
+def _pointers_launch(driver: _Driver, call: tuple, storage, n: int):
+    """A launch that packs every argument's ``data_ptr()`` into the array (all tensors)."""
+    (cu_launch, head), data_ptr, pack = call, torch.Tensor.data_ptr, struct.Struct(f"{n}Q").pack_into
+
+    def launch(*args):
+        try:
+            pack(storage, 0, *map(data_ptr, args))
+        except struct.error:
+            raise TypeError(f"kernel takes {n} arguments, got {len(args)}") from None
+        result = cu_launch(*head)
+        if result:
+            driver.check(cu_launch.__name__, result)
+
+    return launch
+
+
+def _slots_launch(driver: _Driver, call: tuple, storage: list, n: int):
+    """A launch that writes each argument, tensor or number, into its typed slot."""
+    (cu_launch, head), slots = call, storage[:n]
+
+    def launch(*args):
+        if len(args) != n:
+            raise TypeError(f"kernel takes {n} arguments, got {len(args)}")
+        for slot, arg in zip(slots, args):
+            slot.value = arg.data_ptr() if isinstance(arg, torch.Tensor) else arg
+        result = cu_launch(*head)
+        if result:
+            driver.check(cu_launch.__name__, result)
+
+    return launch
+
+
+launcher = _ctypes_launcher

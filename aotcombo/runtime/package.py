@@ -1,28 +1,30 @@
 """A generated package, loaded: the variant for the GPU, its kernels, its program.
 
-Streams: a launcher (``cuda.Kernel``) takes the stream first; the program calls
-``kernels[i](*args)``. So a Model keeps, per stream it has run on, its launchers bound
-to that stream (``functools.partial``: no extra Python frame); a call reads torch's
-current raw stream once and hands the program that list: one dict look-up per call,
-nothing per launch, no state shared by threads on their own streams. Contexts: a call
-checks cuCtxGetCurrent once; on a thread where another context (or none) is current,
-it makes the device's primary context current and puts the other back after.
+``Package.load`` loads the kernels and weights once per device, then returns a ``Model``
+(op by op) or a ``GraphModel`` (graph mode, the default: see graphs.py) around them.
+
+Streams: a Model keeps, per stream it has run on, its kernels' launchers bound to that
+stream (``cuda.Kernel.bind``); a call reads torch's current raw stream once and hands the
+program that list: one dict look-up per call, nothing per launch, no state shared by
+threads on their own streams. Contexts: a call checks cuCtxGetCurrent once; on a thread
+where another context (or none) is current, it makes the device's primary context
+current and puts the other back after.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
 import json
 import os
 import threading
+import warnings
+from typing import NamedTuple
 
 import torch
 
 from . import cuda
-
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
-    lambda index: torch.cuda.current_stream(index).cuda_stream)
+from .graphs import GraphModel, _raw_stream
+from .inputs import allocate, input_specs, make_guard
 
 
 def choose_variant(manifest: dict, arch: int, device_name: str | None = None) -> str:
@@ -47,53 +49,57 @@ def choose_variant(manifest: dict, arch: int, device_name: str | None = None) ->
                        f"{device} is sm_{arch}: rebuild with --arch sm_{arch}")
 
 
-def input_specs(inputs: list[dict]) -> list[tuple]:
-    """The manifest's inputs as (name, dtype, shape, stride, align) tuples for check_inputs."""
-    return [(s["name"], getattr(torch, s["dtype"]), tuple(s["shape"]), tuple(s["stride"]), s.get("align", 1))
-            for s in inputs]
+def default_graphs(manifest: dict) -> bool:
+    """Whether graph mode is the default: when every input shape is static (all are, today)."""
+    return all(isinstance(d, int) for i in manifest.get("inputs", []) for d in i["shape"])
 
 
-def check_inputs(specs: list[tuple], inputs: tuple, device: torch.device | None = None) -> None:
-    """Raise TypeError (type, dtype) or ValueError (the rest) unless the inputs match the specs.
+def check_options(manifest: dict, graphs, copy_outputs, check_inputs) -> bool:
+    """Validate load()'s options; returns whether to capture a graph."""
+    if graphs is not None and not isinstance(graphs, bool):
+        raise TypeError(f"load(): graphs must be True, False or None, got {graphs!r}")
+    for name, value in (("copy_outputs", copy_outputs), ("check_inputs", check_inputs)):
+        if not isinstance(value, bool):
+            raise TypeError(f"load(): {name} must be True or False, got {value!r}")
+    if graphs and not default_graphs(manifest):
+        raise ValueError(f"load(): graphs=True needs static input shapes; {manifest.get('name')} has dynamic ones")
+    return default_graphs(manifest) if graphs is None else graphs
 
-    ``device=None`` skips the device check.
-    """
-    if len(inputs) != len(specs):
-        raise ValueError(f"expected {len(specs)} inputs ({', '.join(s[0] for s in specs)}), got {len(inputs)}")
-    for i, ((name, dtype, shape, stride, align), t) in enumerate(zip(specs, inputs)):
-        what = f"input {i} ({name!r})"
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{what}: expected a torch.Tensor, got {type(t).__name__}")
-        if device is not None and t.device != device:
-            raise ValueError(f"{what}: expected device {device}, got {t.device}")
-        if t.dtype != dtype:
-            raise TypeError(f"{what}: expected dtype {dtype}, got {t.dtype}")
-        if t.shape != shape:
-            raise ValueError(f"{what}: expected shape {shape}, got {tuple(t.shape)}")
-        if t.stride() != stride:
-            raise ValueError(f"{what}: expected stride {stride}, got {t.stride()}")
-        if t.data_ptr() % align:
-            raise ValueError(f"{what}: expected data_ptr aligned to {align} bytes, got one {t.data_ptr() % align} "
-                             f"bytes past (storage offset {t.storage_offset()})")
+
+class Loaded(NamedTuple):
+    """What a package loads once per device, shared by the models loaded there."""
+
+    name: str
+    variant: str
+    device: torch.device
+    context: int
+    forward: object
+    kernels: list
+    weights: list
+    specs: list
 
 
 class Model:
-    """A package loaded on one device: ``model(*inputs)`` returns the outputs."""
+    """A package loaded on one device, run op by op: ``model(*inputs)`` returns the outputs."""
 
-    def __init__(self, name, variant, device, context, program, kernels, weights, specs, check_inputs=True):
-        self.name, self.variant, self.device, self.weights = name, variant, device, weights
-        self._context, self._forward, self._kernels = context, program.forward, kernels
-        self._specs, self.check_inputs, self._bound = specs, check_inputs, {}
+    def __init__(self, loaded: Loaded, check_inputs: bool = True):
+        self.name, self.variant, self.device, self.weights = loaded.name, loaded.variant, loaded.device, loaded.weights
+        self._context, self._forward, self._kernels, self._specs = (
+            loaded.context, loaded.forward, loaded.kernels, loaded.specs)
+        self._guard = make_guard(self._specs, self.device) if check_inputs else None
+        self._index, self._bound, self._static = self.device.index, {}, None
 
     def __call__(self, *inputs):
-        if self.check_inputs:
-            check_inputs(self._specs, inputs, self.device)
-        stream = _raw_stream(self.device.index)
+        if self._guard is not None:
+            self._guard(inputs)
+        return self.run(inputs)
+
+    def run(self, inputs: tuple):
+        """The forward on ``inputs``, unchecked, queued on torch's current stream."""
+        stream = _raw_stream(self._index)
         kernels = self._bound.get(stream)
         if kernels is None:
-            if len(self._bound) > 64:  # a program that makes a stream per call
-                self._bound.clear()
-            kernels = self._bound[stream] = [functools.partial(k, stream) for k in self._kernels]
+            kernels = self._bind(stream)
         previous = cuda.current_context()
         if previous == self._context:
             return self._forward(kernels, self.weights, self.device, *inputs)
@@ -102,6 +108,18 @@ class Model:
             return self._forward(kernels, self.weights, self.device, *inputs)
         finally:
             cuda.set_current_context(previous)
+
+    def _bind(self, stream: int) -> list:
+        if len(self._bound) > 64:  # a program that makes a stream per call
+            self._bound.clear()
+        kernels = self._bound[stream] = [k.bind(stream) for k in self._kernels]
+        return kernels
+
+    def static_inputs(self) -> tuple:
+        """Input tensors made once, as in graph mode; here a call reads any inputs in place."""
+        if self._static is None:
+            self._static = allocate(self._specs, self.device)
+        return self._static
 
     def __repr__(self):
         return f"<Model {self.name} {self.variant} on {self.device}>"
@@ -138,34 +156,60 @@ class Package:
             self._manifest = manifest
         return self._manifest
 
-    def load(self, device="cuda", check_inputs: bool = True) -> Model:
-        """Load the model on ``device`` ("cuda" for the current one, or "cuda:N"), once per device."""
+    def load(self, device="cuda", *, graphs: bool | None = None, copy_outputs: bool = True,
+             check_inputs: bool = True) -> Model | GraphModel:
+        """Load the model on ``device`` ("cuda" for the current one, or "cuda:N").
+
+        Kernels and weights load once per device. ``graphs``: capture the forward in a CUDA
+        graph now and replay it per call (default: when the shapes are static, falling back
+        to op by op, with a warning, if the capture fails). ``copy_outputs=False`` (graph
+        mode): return the graph's own output tensors, valid until the next call.
+        ``check_inputs=False``: skip the per-call input guards.
+        """
+        capture = check_options(self.manifest, graphs, copy_outputs, check_inputs)
         index = _device_index(device)
         with self._lock:
             if index not in self._loaded:
                 self._loaded[index] = self._load(index)
-        return Model(*self._loaded[index], check_inputs)
+        model = Model(self._loaded[index], check_inputs)
+        if not capture:
+            return model
+        try:
+            return GraphModel.capture(model, copy_outputs)
+        except Exception as e:
+            message = f"{self.manifest['name']}: capturing the forward in a CUDA graph failed: {e}"
+            if graphs:
+                raise RuntimeError(f"{message}; load(..., graphs=False) runs it op by op") from e
+            warnings.warn(f"{message}; running it op by op (load(..., graphs=False) skips the capture)",
+                          stacklevel=2)
+            return model
 
-    def _load(self, index: int) -> tuple:
+    def _load(self, index: int) -> Loaded:
         m, device, props = self.manifest, torch.device("cuda", index), torch.cuda.get_device_properties(index)
         variant = choose_variant(m, props.major * 10 + props.minor, props.name)
         spec, context = m["variants"][variant], cuda.primary_context(index)
-        previous, modules, kernels = cuda.current_context(), {}, []
+        previous = cuda.current_context()
         cuda.set_current_context(context)
         try:
-            for k in spec["kernels"]:
-                if k["image"] not in modules:
-                    try:
-                        with open(os.path.join(self.dir, k["image"]), "rb") as f:
-                            modules[k["image"]] = cuda.load_module(f.read())
-                    except cuda.CudaError as e:
-                        raise cuda.CudaError(f"{self.dir}/{k['image']}: {e}") from None
-                kernels.append(cuda.Kernel(cuda.get_function(modules[k["image"]], k["function"]), k["grid"],
-                                           k["num_warps"], k["shared"], k["params"], k["global_scratch"],
-                                           k["profile_scratch"], device))
+            kernels = self._load_kernels(spec["kernels"], device)
         finally:
             cuda.set_current_context(previous)
         weights = torch.load(os.path.join(self.dir, m["weights"]), weights_only=True,
                              map_location=device) if m.get("weights") else []
         program = importlib.import_module(f"{self._import_name or m['name']}.{spec['program']}")
-        return m["name"], variant, device, context, program, kernels, weights, input_specs(m["inputs"])
+        return Loaded(m["name"], variant, device, context, program.forward, kernels, weights, input_specs(m["inputs"]))
+
+    def _load_kernels(self, entries: list[dict], device: torch.device) -> list[cuda.Kernel]:
+        """The variant's kernels, each image loaded once, into the current context."""
+        modules, kernels = {}, []
+        for k in entries:
+            if k["image"] not in modules:
+                try:
+                    with open(os.path.join(self.dir, k["image"]), "rb") as f:
+                        modules[k["image"]] = cuda.load_module(f.read())
+                except cuda.CudaError as e:
+                    raise cuda.CudaError(f"{self.dir}/{k['image']}: {e}") from None
+            kernels.append(cuda.Kernel(cuda.get_function(modules[k["image"]], k["function"]), k["grid"],
+                                       k["num_warps"], k["shared"], k["params"], k["global_scratch"],
+                                       k["profile_scratch"], device))
+        return kernels

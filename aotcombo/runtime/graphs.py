@@ -1,0 +1,168 @@
+"""Graph mode: the whole forward, kernels and torch ops, captured once in a CUDA graph and replayed.
+
+Memory: the capture allocates the forward's intermediates and outputs from the graph's
+private memory pool, the preplanned arena: as much as the forward's peak, held for the
+model's life. Every ``load(graphs=True)`` captures its own graph, so that is one pool per
+loaded model per device, plus its static inputs.
+
+Inputs: a call checks its inputs (unless ``check_inputs=False``) and copies them into the
+static input buffers; a caller that writes into ``model.static_inputs()`` and passes those
+very tensors skips both. Outputs: by default a call returns fresh copies the caller may
+keep (device-to-device copies); ``copy_outputs=False`` returns the static output tensors
+themselves, valid until the next call of the model, from any thread, overwrites them.
+
+Streams and threads: a call replays on the caller's current stream. The graph's buffers
+are shared, so calls are serialised: on the host by a lock around copy-in, replay and
+copy-out; on the GPU, a call on another stream than the previous call's first makes its
+stream wait for that one (an event). Calls from several threads and streams are correct
+but do not overlap on the GPU: for that, load a model per stream, or use graphs=False.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+import threading
+
+import torch
+
+from .inputs import allocate
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda index: torch.cuda.current_stream(index).cuda_stream)
+_foreach_copy = getattr(torch, "_foreach_copy_", None)
+FOREACH_FROM = 8  # copy this many tensors or more with one _foreach_copy_, fewer one by one (memcpys)
+
+
+def flatten(tree) -> tuple[list, object]:
+    """The tensors of an output tree (tuples, lists, dicts; other values kept) and its spec."""
+    leaves = []
+    return leaves, _spec(tree, leaves)
+
+
+def _spec(tree, leaves: list):
+    if isinstance(tree, torch.Tensor):
+        leaves.append(tree)
+        return None
+    if isinstance(tree, (tuple, list)):
+        return type(tree), [_spec(child, leaves) for child in tree]
+    if isinstance(tree, dict):
+        return dict, {key: _spec(child, leaves) for key, child in tree.items()}
+    return "value", tree
+
+
+def unflatten(spec, leaves: list):
+    """The tree ``spec`` describes, holding ``leaves`` in order."""
+    return leaves[0] if spec is None else _build(spec, iter(leaves))
+
+
+def _build(spec, leaves):
+    if spec is None:
+        return next(leaves)
+    kind, children = spec
+    if kind == "value":
+        return children
+    if kind is dict:
+        return {key: _build(child, leaves) for key, child in children.items()}
+    return kind([_build(child, leaves) for child in children])
+
+
+def copy_into(targets, sources) -> None:
+    """``target.copy_(source)`` for each pair, in one foreach call when there are many."""
+    if _foreach_copy is not None and len(targets) >= FOREACH_FROM:
+        _foreach_copy(list(targets), list(sources))
+    else:
+        for target, source in zip(targets, sources, strict=True):
+            target.copy_(source)
+
+
+def fresh_copies(tensors: list) -> list:
+    """New tensors holding the values of ``tensors``, for the caller to keep."""
+    copies = [torch.empty_like(t) for t in tensors]
+    copy_into(copies, tensors)
+    return copies
+
+
+def same_tensors(a: tuple, b: tuple) -> bool:
+    """Whether ``a`` holds exactly the tensor objects of ``b``, in order."""
+    return len(a) == len(b) and all(map(operator.is_, a, b))
+
+
+class StreamOrder:
+    """Orders calls that come from different streams: ``join()``, under the model's lock,
+    makes the caller's stream wait for all work queued so far on the previous call's stream."""
+
+    def __init__(self, raw_stream, current_stream, event):
+        self._raw_stream, self._current_stream, self._event = raw_stream, current_stream, event
+        self._raw, self._stream = None, None
+
+    @classmethod
+    def on(cls, device: torch.device) -> StreamOrder:
+        return cls(lambda: _raw_stream(device.index), lambda: torch.cuda.current_stream(device), torch.cuda.Event())
+
+    def join(self) -> None:
+        raw = self._raw_stream()
+        if raw != self._raw:
+            stream = self._current_stream()
+            if self._stream is not None:
+                self._event.record(self._stream)
+                stream.wait_event(self._event)
+            self._raw, self._stream = raw, stream
+
+
+def capture(run, inputs: tuple, device: torch.device):
+    """Run ``run(inputs)`` once to warm up (cuBLAS and cuDNN workspaces, lazy module loading,
+    kernel scratch), then capture it in a CUDA graph, both on a side stream, as
+    torch.cuda.graphs requires; returns (graph, outputs)."""
+    with torch.cuda.device(device):
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            run(inputs)
+            graph = torch.cuda.CUDAGraph()
+            graph.capture_begin(capture_error_mode="thread_local")  # other threads may go on
+            try:
+                outputs = run(inputs)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    graph.capture_end()
+                raise
+            graph.capture_end()
+        stream.synchronize()
+    return graph, outputs
+
+
+class GraphModel:
+    """A package loaded on one device in graph mode: ``model(*inputs)`` replays its graph."""
+
+    def __init__(self, model, graph, inputs: tuple, outputs, copy_outputs: bool = True, order=None):
+        self.name, self.variant, self.device, self.weights = model.name, model.variant, model.device, model.weights
+        self._model, self._graph, self._inputs, self._guard = model, graph, inputs, model._guard
+        self._outputs, self._spec = flatten(outputs)
+        self.copy_outputs, self._lock = copy_outputs, threading.Lock()
+        self._order = order or StreamOrder.on(model.device)
+
+    @classmethod
+    def capture(cls, model, copy_outputs: bool = True) -> GraphModel:
+        """Capture ``model`` (a Model: its kernels and weights) with fresh static inputs."""
+        inputs = allocate(model._specs, model.device)
+        return cls(model, *capture(model.run, inputs, model.device), copy_outputs)
+
+    def static_inputs(self) -> tuple:
+        """The graph's input tensors: write into them and call ``model(*model.static_inputs())``."""
+        return self._inputs
+
+    def __call__(self, *inputs):
+        fresh = not same_tensors(inputs, self._inputs)
+        if fresh and self._guard is not None:
+            self._guard(inputs)
+        with self._lock:
+            self._order.join()
+            if fresh:
+                copy_into(self._inputs, inputs)
+            self._graph.replay()
+            outputs = fresh_copies(self._outputs) if self.copy_outputs else self._outputs
+        return unflatten(self._spec, outputs)
+
+    def __repr__(self):
+        return f"<Model {self.name} {self.variant} on {self.device}, CUDA graph>"

@@ -1,0 +1,296 @@
+"""Host time per kernel launch, per input guard and per model call, on a GPU.
+
+    python benchmarks/launch_overhead.py --out launch_overhead.json [--params 4,32]
+        [--per-sample 10000] [--samples 15] [--packages branches,transformer_block,...]
+
+Launchers, of a 1-block Triton kernel with P pointer parameters compiled here by
+triton.compile (the same tensors each launch, on torch's current stream):
+
+  aotcombo         our runtime: cuda.Kernel(...).bind(stream)(*tensors)
+  triton_grid      Triton's CompiledKernel as user code calls it: compiled[grid](*tensors)
+  triton_run       Triton's launcher with everything prebuilt: compiled.run(grid..., stream, ...)
+  ctypes_typed     cuLaunchKernel through ctypes with argtypes, Python ints, prebuilt kernelParams
+  ctypes_prebuilt  cuLaunchKernel, untyped: every argument a prebuilt ctypes object (11 of them)
+  ctypes_ex        cuLaunchKernelEx, prebuilt (4 arguments): the call our launcher makes
+  ctypes_noop      cuCtxGetCurrent through ctypes: what one foreign call costs, driver aside
+
+Host us per launch: the median over samples of (time of per-sample launches) / per-sample,
+synchronizing outside the timed loop. Device us per launch is printed next to it: the GPU's
+own time per launch back to back (queued while it slept, timed by events). Where that is not
+well below the host time, the GPU set the pace (the launch queue filled): the host number
+is then an upper bound, flagged "GPU-bound?"; rerun with fewer --per-sample.
+
+Guards: make_guard (the per-call check) and check_inputs (the one that names a mismatch),
+for 1 input and for 256. Calls: each sample package installed (on PYTHONPATH), per load
+mode: host us per call (batches of --calls-per-sample calls) and device us per call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import importlib
+import importlib.util
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from ctypes import c_uint, c_void_p
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ("branches", "transformer_block", "adam_step", "conv_block")
+
+
+def _runtime():
+    """aotcombo/runtime from this checkout, imported on its own as a package carries it."""
+    spec = importlib.util.spec_from_file_location("aotcombo_runtime", ROOT / "aotcombo" / "runtime" / "__init__.py",
+                                                  submodule_search_locations=[str(ROOT / "aotcombo" / "runtime")])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["aotcombo_runtime"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- timing ------------------------------------------------------------------------------
+
+def host_us(fn, args, per_sample, samples) -> float:
+    """Median host microseconds per ``fn(*args)``; the GPU is drained outside the timed loops."""
+    fn(*args)
+    results = []
+    for _ in range(samples):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(per_sample):
+            fn(*args)
+        results.append((time.perf_counter() - start) / per_sample * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(results)
+
+
+def device_us(fn, args, count=200) -> float:
+    """GPU microseconds per ``fn(*args)`` run back to back: ``count`` calls are queued while the
+    GPU sleeps, then CUDA events time them on the GPU alone."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    torch.cuda._sleep(100_000_000)  # some 50 ms: the queue fills while the GPU is busy
+    start.record()
+    for _ in range(count):
+        fn(*args)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1000 / count
+
+
+# --- the kernel ---------------------------------------------------------------------------
+
+def compile_kernel(params: int, workdir: Path):
+    """A 1-block, 1-warp Triton kernel with ``params`` fp32 pointers: p0 = sum of the others."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = [f"p{i}" for i in range(params)]
+    body = ["    i = tl.arange(0, 32)", "    acc = tl.zeros([32], tl.float32)"]
+    body += [f"    acc += tl.load({p} + i)" for p in names[1:]] + ["    tl.store(p0 + i, acc)"]
+    source = "\n".join(["import triton", "import triton.language as tl", "", "", "@triton.jit",
+                        f"def k{params}({', '.join(names)}):", *body, ""])
+    path = workdir / f"launch_kernel_{params}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    major, minor = torch.cuda.get_device_capability()
+    src = ASTSource(fn=getattr(module, f"k{params}"), signature={p: "*fp32" for p in names})
+    return triton.compile(src, target=GPUTarget("cuda", 10 * major + minor, 32), options={"num_warps": 1})
+
+
+def _scratch(md, kind):
+    return getattr(md, f"{kind}_scratch_size", 0) or 0, getattr(md, f"{kind}_scratch_align", 1) or 1
+
+
+def launchers(rt, compiled, tensors, stream: int) -> dict:
+    """name -> (fn, args): one launch each."""
+    md = compiled.metadata
+    cuda = rt.cuda
+    function = cuda.get_function(cuda.load_module(compiled.asm["cubin"]), md.name)
+    kernel = cuda.Kernel(function, (1, 1, 1), md.num_warps, md.shared, ["ptr"] * len(tensors),
+                         _scratch(md, "global"), _scratch(md, "profile"), "cuda")
+    cases = {"aotcombo": (kernel.bind(stream), tensors)}
+
+    grid_runner = compiled[(1, 1, 1)]
+    cases["triton_grid"] = (grid_runner, tensors)
+    run = compiled.run
+    cases["triton_run"] = (run, (1, 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None,
+                                 *tensors))
+
+    n = len(tensors)
+    values = (ctypes.c_uint64 * (n + 2))(*[t.data_ptr() for t in tensors], 0, 0)
+    argv = (c_void_p * (n + 2))(*[ctypes.addressof(values) + 8 * i for i in range(n + 2)])
+    typed = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+    typed.argtypes, typed.restype = [c_void_p, *[c_uint] * 7, c_void_p, c_void_p, c_void_p], ctypes.c_int
+    block = 32 * md.num_warps
+    cases["ctypes_typed"] = (typed, (function, 1, 1, 1, block, 1, 1, md.shared, stream, argv, None))
+    untyped = ctypes.PyDLL("libcuda.so.1")
+    cases["ctypes_prebuilt"] = (untyped.cuLaunchKernel, (
+        c_void_p(function), *map(c_uint, (1, 1, 1, block, 1, 1, md.shared)), c_void_p(stream), argv, None))
+    config = cuda.LaunchConfig((1, 1, 1), (block, 1, 1), md.shared, stream, None, 0)
+    cases["ctypes_ex"] = (untyped.cuLaunchKernelEx, (c_void_p(ctypes.addressof(config)), c_void_p(function), argv,
+                                                     None))
+    context = c_void_p()
+    cases["ctypes_noop"] = (untyped.cuCtxGetCurrent, (ctypes.byref(context),))
+    cases["_keep"] = (values, argv, config, kernel)
+    return cases
+
+
+def bench_launches(rt, params_list, per_sample, samples, workdir) -> dict:
+    results = {}
+    stream = torch.cuda.current_stream().cuda_stream
+    for params in params_list:
+        compiled = compile_kernel(params, workdir)
+        tensors = [torch.ones(32, device="cuda") for _ in range(params)]
+        cases = launchers(rt, compiled, tensors, stream)
+        keep = cases.pop("_keep")
+        row = {}
+        for name, (fn, args) in cases.items():
+            try:
+                row[name] = {"host_us": host_us(fn, args, per_sample, samples), "device_us": device_us(fn, args)}
+            except Exception as e:  # noqa: BLE001 (a Triton version whose API differs: reported)
+                row[name] = {"error": f"{type(e).__name__}: {e}"[:200]}
+        expected = sum(tensors[1:], torch.zeros(32, device="cuda"))
+        cases["aotcombo"][0](*tensors)
+        torch.cuda.synchronize()
+        row["aotcombo_correct"] = bool(torch.equal(tensors[0], expected)) if params > 1 else True
+        results[str(params)] = row
+        del keep
+    return results
+
+
+# --- guards ---------------------------------------------------------------------------
+
+def bench_guards(rt, samples) -> dict:
+    results = {}
+    device = torch.device("cuda", torch.cuda.current_device())
+    for count, shape, dtype in ((1, (4, 256, 768), torch.bfloat16), (256, (1000,), torch.float32)):
+        tensors = tuple(torch.empty(shape, dtype=dtype, device=device) for _ in range(count))
+        specs = rt.input_specs([{"name": f"x{i}", "shape": list(shape), "stride": list(t.stride()),
+                                 "dtype": str(dtype).split(".")[1], "align": 16} for i, t in enumerate(tensors)])
+        guard = rt.make_guard(specs, device)
+        per_sample = max(10, 20000 // count)
+        results[str(count)] = {
+            "make_guard_us": host_us(guard, (tensors,), per_sample, samples),
+            "check_inputs_us": host_us(rt.check_inputs, (specs, tensors, device), per_sample, samples),
+        }
+    return results
+
+
+# --- whole calls of the sample packages ---------------------------------------------------------
+
+MODES = {
+    "op_by_op": ({"graphs": False}, False),
+    "op_by_op_unchecked": ({"graphs": False, "check_inputs": False}, False),
+    "graph": ({"graphs": True}, False),
+    "graph_static_in_out": ({"graphs": True, "copy_outputs": False}, True),
+    "graph_static_in_out_unchecked": ({"graphs": True, "copy_outputs": False, "check_inputs": False}, True),
+}
+
+
+def _inputs(manifest) -> tuple:
+    out = []
+    for spec in manifest["inputs"]:
+        t = torch.empty_strided(spec["shape"], spec["stride"], dtype=getattr(torch, spec["dtype"]), device="cuda")
+        out.append(t.normal_() if t.is_floating_point() else t.zero_())
+    return tuple(out)
+
+
+def bench_calls(names, calls_per_sample, samples) -> dict:
+    results = {}
+    for name in names:
+        try:
+            package = importlib.import_module(name)
+        except ImportError:
+            results[name] = {"error": "not installed"}
+            continue
+        row, inputs = {}, _inputs(package.manifest)
+        for mode, (options, static) in MODES.items():
+            model = package.load("cuda", **options)
+            args = model.static_inputs() if static else inputs
+            if static:
+                for s, x in zip(args, inputs):
+                    s.copy_(x)
+            row[mode] = {"host_us": host_us(model, args, calls_per_sample, samples),
+                         "device_us": device_us(model, args, calls_per_sample)}
+            del model
+        results[name] = row
+    return results
+
+
+# --- report ---------------------------------------------------------------------------
+
+def report(result: dict) -> None:
+    print(f"device: {result['device']}; torch {result['torch']}, triton {result['triton']}, "
+          f"python {result['python']}")
+    for params, row in result["launch"].items():
+        print(f"\nlaunch of a 1-block kernel with {params} pointer parameters (us per launch)")
+        print(f"  {'launcher':18s} {'host':>8s} {'device':>8s}")
+        for name, r in row.items():
+            if name.endswith("_correct"):
+                continue
+            if "error" in r:
+                print(f"  {name:18s} {r['error']}")
+            else:
+                flag = "  (GPU-bound?)" if r["device_us"] > 0.8 * r["host_us"] and name != "ctypes_noop" else ""
+                print(f"  {name:18s} {r['host_us']:8.2f} {r['device_us']:8.2f}{flag}")
+        print(f"  aotcombo launch correct: {row.get('aotcombo_correct')}")
+    print("\nguards (us per call)")
+    for count, r in result["guards"].items():
+        print(f"  {count:>4s} inputs: make_guard {r['make_guard_us']:8.2f}   check_inputs {r['check_inputs_us']:8.2f}")
+    if result.get("calls"):
+        print("\nwhole calls (us per call: host / device)")
+        for name, row in result["calls"].items():
+            if "error" in row:
+                print(f"  {name}: {row['error']}")
+                continue
+            cells = "  ".join(f"{mode} {r['host_us']:.1f}/{r['device_us']:.1f}" for mode, r in row.items())
+            print(f"  {name}: {cells}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    parser.add_argument("--params", default="4,32", help="pointer parameters of the kernel, comma-separated")
+    parser.add_argument("--per-sample", type=int, default=10000, help="launches per timed sample")
+    parser.add_argument("--samples", type=int, default=15)
+    parser.add_argument("--packages", default=",".join(SAMPLES), help="sample packages to time whole calls of "
+                        "('' for none)")
+    parser.add_argument("--calls-per-sample", type=int, default=20)
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU", file=sys.stderr)
+        return 2
+    import triton
+
+    torch.zeros(1, device="cuda")  # torch's primary context, current on this thread
+    rt = _runtime()
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+              "python": platform.python_version(), "per_sample": args.per_sample, "samples": args.samples}
+    with tempfile.TemporaryDirectory() as tmp:
+        params = [int(p) for p in args.params.split(",") if p]
+        result["launch"] = bench_launches(rt, params, args.per_sample, args.samples, Path(tmp))
+    result["guards"] = bench_guards(rt, args.samples)
+    names = [n for n in args.packages.split(",") if n]
+    result["calls"] = bench_calls(names, args.calls_per_sample, args.samples)
+    report(result)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,276 @@
+"""The runtime on a GPU, through the built sample packages: both modes match eager, every guard
+fires on a real package, threads and streams, graph-mode output aliasing, two devices.
+
+Run on the device machine through ``scripts/gpu_check.sh`` (the wheels on PYTHONPATH).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from torch.utils import _pytree
+
+from aotcombo.modelfile import load_model_file
+
+from gpu_support import SAMPLES, TOLERANCE, compare, fresh_like, import_package
+
+pytestmark = pytest.mark.gpu
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+MODES = {  # load() options
+    "graph": {"graphs": True},
+    "graph_static_outputs": {"graphs": True, "copy_outputs": False},
+    "graph_unchecked": {"graphs": True, "check_inputs": False},
+    "op_by_op": {"graphs": False},
+    "op_by_op_unchecked": {"graphs": False, "check_inputs": False},
+}
+
+
+@pytest.fixture(scope="module", params=SAMPLES)
+def sample(request):
+    model, inputs = load_model_file(ROOT / "sample_models" / f"{request.param}.py")
+    return request.param, model.cuda(), [t.cuda() for t in inputs]
+
+
+def _eager(model, inputs):
+    with torch.no_grad():
+        return model(*inputs)
+
+
+def _check(name, got, ref, what=""):
+    for error, tolerance in compare(got, ref):
+        assert error <= tolerance, f"{name}{what}: relative L2 error {error:.2e} > {tolerance:.0e}"
+
+
+def _is_graph(loaded) -> bool:
+    return type(loaded).__name__ == "GraphModel"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_matches_eager(sample, mode):
+    name, model, example = sample
+    loaded = import_package(name).load("cuda", **MODES[mode])
+    assert _is_graph(loaded) is MODES[mode]["graphs"]
+    generator = torch.Generator(device="cuda").manual_seed(1234)
+    for trial in range(3):
+        inputs = [fresh_like(t, generator) for t in example]
+        _check(name, loaded(*inputs), _eager(model, inputs), f" ({mode}, trial {trial})")
+
+
+@pytest.mark.parametrize("mode", ["graph", "op_by_op"])
+def test_static_inputs(sample, mode):
+    name, model, example = sample
+    loaded = import_package(name).load("cuda", **MODES[mode])
+    static = loaded.static_inputs()
+    assert static is loaded.static_inputs() and len(static) == len(example)
+    generator = torch.Generator(device="cuda").manual_seed(99)
+    for trial in range(2):
+        inputs = [fresh_like(t, generator) for t in example]
+        for s, x in zip(static, inputs):
+            s.copy_(x)
+        _check(name, loaded(*static), _eager(model, inputs), f" ({mode}, static inputs, trial {trial})")
+
+
+def test_graph_is_the_default(sample):
+    name, _, example = sample
+    loaded = import_package(name).load("cuda")
+    assert _is_graph(loaded) and loaded.copy_outputs and "CUDA graph" in repr(loaded)
+
+
+# --- guards, one test each, on a real package (transformer_block: one bf16 [4, 256, 768] input) ---
+
+@pytest.fixture(scope="module", params=["graph", "op_by_op"])
+def block(request):
+    package = import_package("transformer_block")
+    loaded = package.load("cuda", **MODES[request.param])
+    spec = package.manifest["inputs"][0]
+    x = torch.randn(spec["shape"], dtype=getattr(torch, spec["dtype"]), device="cuda")
+    return loaded, spec["name"], x
+
+
+def _raises(loaded, inputs, error, message):
+    with pytest.raises(error) as e:
+        loaded(*inputs)
+    assert str(e.value) == message
+
+
+def test_guard_count(block):
+    loaded, name, x = block
+    _raises(loaded, (x, x), ValueError, f"expected 1 inputs ({name}), got 2")
+    _raises(loaded, (), ValueError, f"expected 1 inputs ({name}), got 0")
+
+
+def test_guard_type(block):
+    loaded, name, x = block
+    _raises(loaded, ([1.0],), TypeError, f"input 0 ({name!r}): expected a torch.Tensor, got list")
+
+
+def test_guard_device(block):
+    loaded, name, x = block
+    _raises(loaded, (x.cpu(),), ValueError, f"input 0 ({name!r}): expected device cuda:0, got cpu")
+
+
+def test_guard_dtype(block):
+    loaded, name, x = block
+    _raises(loaded, (x.float(),), TypeError,
+            f"input 0 ({name!r}): expected dtype torch.bfloat16, got torch.float32")
+
+
+def test_guard_shape(block):
+    loaded, name, x = block
+    _raises(loaded, (x[:, :128],), ValueError,
+            f"input 0 ({name!r}): expected shape (4, 256, 768), got (4, 128, 768)")
+
+
+def test_guard_stride(block):
+    loaded, name, x = block
+    _raises(loaded, (x.transpose(0, 1).contiguous().transpose(0, 1),), ValueError,
+            f"input 0 ({name!r}): expected stride (196608, 768, 1), got (768, 3072, 1)")
+
+
+def test_guard_alignment(block):
+    loaded, name, x = block
+    shifted = torch.empty(x.numel() + 1, dtype=x.dtype, device="cuda")[1:].view(x.shape)
+    _raises(loaded, (shifted,), ValueError, f"input 0 ({name!r}): expected data_ptr aligned to 16 bytes, "
+                                            "got one 2 bytes past (storage offset 1)")
+
+
+def test_guards_off():
+    package = import_package("transformer_block")
+    for mode in ("graph_unchecked", "op_by_op_unchecked"):
+        loaded = package.load("cuda", **MODES[mode])
+        assert loaded._guard is None
+
+
+# --- graph mode: which outputs the caller may keep ---------------------------------------
+
+def _leaves(tree):
+    return _pytree.tree_leaves(tree)
+
+
+def test_graph_kept_outputs_survive_the_next_call(sample):
+    name, model, example = sample
+    loaded = import_package(name).load("cuda", graphs=True)
+    generator = torch.Generator(device="cuda").manual_seed(7)
+    first_inputs, second_inputs = ([fresh_like(t, generator) for t in example] for _ in range(2))
+    first = loaded(*first_inputs)
+    second = loaded(*second_inputs)
+    _check(name, first, _eager(model, first_inputs), " (first output, after a second call)")
+    _check(name, second, _eager(model, second_inputs), " (second output)")
+    pointers = {t.data_ptr() for t in _leaves(first)}
+    assert not pointers & {t.data_ptr() for t in _leaves(second)}
+
+
+def test_graph_static_outputs_are_overwritten(sample):
+    name, model, example = sample
+    loaded = import_package(name).load("cuda", graphs=True, copy_outputs=False)
+    generator = torch.Generator(device="cuda").manual_seed(8)
+    first_inputs, second_inputs = ([fresh_like(t, generator) for t in example] for _ in range(2))
+    first = loaded(*first_inputs)
+    _check(name, first, _eager(model, first_inputs), " (static outputs, first call)")
+    second = loaded(*second_inputs)
+    assert all(a is b for a, b in zip(_leaves(first), _leaves(second), strict=True))  # the same tensors
+    _check(name, first, _eager(model, second_inputs), " (static outputs now hold the second call's)")
+
+
+# --- threads and streams ------------------------------------------------------------------
+
+def _errors_on_gpu(got, ref) -> list[torch.Tensor]:
+    """Relative L2 errors per output leaf, as GPU scalars (no sync)."""
+    return [(g.double() - r.double()).norm() / r.double().norm().clamp_min(1e-30)
+            for g, r in zip(_leaves(got), _leaves(ref), strict=True)]
+
+
+@pytest.mark.parametrize("mode", ["graph", "op_by_op"])
+def test_two_threads_two_streams(sample, mode, calls=100):
+    name, model, example = sample
+    loaded = import_package(name).load("cuda", **MODES[mode])
+    generator = torch.Generator(device="cuda").manual_seed(5)
+    sets = [[[fresh_like(t, generator) for t in example] for _ in range(3)] for _ in range(2)]  # per thread
+    refs = [[_eager(model, inputs) for inputs in thread_sets] for thread_sets in sets]
+    tolerances = [TOLERANCE.get(r.dtype, 0.0) for r in _leaves(refs[0][0])]
+    torch.cuda.synchronize()
+    errors, failures = [[], []], []
+
+    def worker(i):
+        try:
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                for j in range(calls):
+                    k = j % len(sets[i])
+                    errors[i].append(_errors_on_gpu(loaded(*sets[i][k]), refs[i][k]))
+            stream.synchronize()
+        except Exception as e:  # noqa: BLE001 (reported below)
+            failures.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures
+    for i in range(2):
+        assert len(errors[i]) == calls
+        worst = torch.stack([torch.stack(e) for e in errors[i]]).max(dim=0).values.tolist()
+        assert all(w <= tol for w, tol in zip(worst, tolerances)), f"{name} {mode} thread {i}: {worst}"
+
+
+# --- two devices --------------------------------------------------------------------------
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+@pytest.mark.parametrize("mode", ["graph", "op_by_op"])
+def test_two_devices(mode):
+    name = "transformer_block"
+    package = import_package(name)
+    path = ROOT / "sample_models" / f"{name}.py"
+    example = load_model_file(path)[1]
+    models = [load_model_file(path)[0].to(f"cuda:{d}") for d in range(2)]  # the same seeded weights
+    loaded = [package.load(f"cuda:{d}", **MODES[mode]) for d in range(2)]
+    with torch.cuda.device(1):
+        assert package.load("cuda", graphs=False).device == torch.device("cuda", 1)  # "cuda": the current one
+    assert [m.device for m in loaded] == [torch.device("cuda", 0), torch.device("cuda", 1)]
+    assert loaded[0].weights[0].device != loaded[1].weights[0].device
+    generator = torch.Generator().manual_seed(3)
+    for trial in range(3):  # side by side, from one thread
+        inputs = [[fresh_like(t, generator).to(f"cuda:{d}") for t in example] for d in range(2)]
+        outs = [loaded[d](*inputs[d]) for d in range(2)]
+        for d in range(2):
+            _check(name, outs[d], _eager(models[d], inputs[d]), f" (cuda:{d}, trial {trial})")
+    failures = []
+
+    def worker(d):  # and concurrently, a thread per device
+        try:
+            with torch.cuda.device(d):
+                x = [fresh_like(t, torch.Generator().manual_seed(d)).to(f"cuda:{d}") for t in example]
+                ref = _eager(models[d], x)
+                for _ in range(20):
+                    _check(name, loaded[d](*x), ref, f" (thread on cuda:{d})")
+        except Exception as e:  # noqa: BLE001 (reported below)
+            failures.append(e)
+
+    threads = [threading.Thread(target=worker, args=(d,)) for d in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures
+
+
+# --- what graph mode costs in memory (printed for the report) -------------------------------
+
+def test_graph_memory(sample):
+    name, _, _ = sample
+    package = import_package(name)
+    package.load("cuda", graphs=False)  # weights and kernels: shared by both modes
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_reserved(), torch.cuda.memory_allocated()
+    loaded = package.load("cuda", graphs=True)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()  # the warm-up's blocks go; the graph's pool stays
+    reserved, allocated = (now - then for now, then in zip((torch.cuda.memory_reserved(),
+                                                            torch.cuda.memory_allocated()), before))
+    print(f"\n{name}: graph mode holds {reserved / 2**20:.1f} MiB reserved ({allocated / 2**20:.1f} MiB allocated: "
+          f"static inputs and outputs)")
+    assert loaded is not None
