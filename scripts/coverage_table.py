@@ -28,6 +28,7 @@ NOTES = {
     "aten_fallback": "aten op called through torch.ops.aten",
     "data_dependent_shape": "build error naming the model line (exit 4)",
     "host_sync_item": "build error naming the model line (exit 4)",
+    "random_ops": "seeds from torch's CUDA generator (torch.cuda.manual_seed)",
 }
 
 
@@ -38,7 +39,12 @@ def launches(graph: g.Graph) -> int:
 def row(name, factory, supported):
     model, inputs = factory()
     model = model.eval()
-    test = f"`tests/test_coverage.py::{'test_construct_matches_eager' if supported else 'test_unsupported_construct_fails_clearly'}[{name}]`"
+    if name in coverage_models.RANDOM:
+        test = "`tests/test_coverage.py::test_random_ops_draw_fresh_numbers`"
+    elif supported:
+        test = f"`tests/test_coverage.py::test_construct_matches_eager[*-{name}]`"
+    else:
+        test = f"`tests/test_coverage.py::test_unsupported_construct_fails_clearly[{name}]`"
     try:
         ours, _, _ = inductor_bridge.trace(model, inputs, 90)
     except BuildError:
@@ -69,7 +75,8 @@ def main() -> None:
         "|---|---|---|---|---|---|---|",
     ]
     better = []
-    for supported, table in ((True, coverage_models.SUPPORTED), (False, coverage_models.UNSUPPORTED)):
+    supported_all = {**coverage_models.SUPPORTED, **coverage_models.RANDOM}
+    for supported, table in ((True, supported_all), (False, coverage_models.UNSUPPORTED)):
         for name, factory in table.items():
             text, counts = row(name, factory, supported)
             lines.append(text)

@@ -3,7 +3,9 @@
 # torch and triton): install the wheels built on the GPU-less machine into a
 # private folder, then run every GPU test and the GPU report.
 #
-#   scripts/gpu_check.sh [WHEEL_DIR]      (default: .carry/wheels)
+#   scripts/gpu_check.sh [WHEEL_DIR]      (default: .carry/wheels, made by scripts/build_wheels.py)
+#   AOTCOMBO_GPU_MEASURE=0  skip the launch-overhead and cold-start measurements
+#   AOTCOMBO_MEMCHECK=1     also run compute-sanitizer memcheck on one call of each sample
 #
 # From the build machine, with the device tool:
 #   run(command="bash scripts/gpu_check.sh", carry=[".carry"])
@@ -29,7 +31,22 @@ subprocess.run([sys.executable, "-c", "import torch; " + code], env={"PYTHONPATH
 PY
 
 echo "== pytest -m gpu"
-PYTHONPATH="$SITE:$PWD" AOTCOMBO_REQUIRE_PACKAGES=1 PYTHONUNBUFFERED=1 \
-  $PY -m pytest -m gpu tests/test_gpu_*.py tests/test_runtime.py -q -s -rA -p no:cacheprovider 2>&1 | tee "$OUT/gpu_pytest.log"
+PYTHONPATH="$SITE:$PWD:$PWD/tests" AOTCOMBO_REQUIRE_PACKAGES=1 PYTHONUNBUFFERED=1 \
+  $PY -m pytest -m gpu tests/test_gpu_*.py tests/test_runtime.py -q -s -rfE -p no:cacheprovider 2>&1 | tee "$OUT/gpu_pytest.log"
 status=${PIPESTATUS[0]}
+
+if [ "${AOTCOMBO_GPU_MEASURE:-1}" = 1 ]; then
+  echo "== launch overhead"
+  PYTHONPATH="$SITE" $PY benchmarks/launch_overhead.py --out "$OUT/launch_overhead.json" 2>&1 | tee "$OUT/launch_overhead.log"
+  echo "== cold start"
+  PYTHONPATH="$SITE" $PY benchmarks/cold_start.py transformer_block --repeats 5 --out "$OUT/cold_start.json" 2>&1 | tee "$OUT/cold_start.log"
+fi
+if [ "${AOTCOMBO_MEMCHECK:-0}" = 1 ]; then
+  echo "== compute-sanitizer memcheck, one call per sample package"
+  SAN="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+  for p in branches transformer_block adam_step conv_block; do
+    PYTHONPATH="$SITE" PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$SAN" --tool memcheck --error-exitcode 9 $PY benchmarks/one_call.py "$p" --mode op_by_op || status=9
+    PYTHONPATH="$SITE" "$SAN" --tool memcheck --error-exitcode 9 $PY benchmarks/one_call.py "$p" --mode graph || status=9
+  done
+fi
 exit $status
