@@ -201,7 +201,7 @@ def test_load_modes(tmp_path, monkeypatch):
     (tmp_path / "manifest.json").write_text(json.dumps({"format": 1, **STATIC}))
     loads, captures = [], []
     specs = input_specs(STATIC["inputs"])
-    loaded = Loaded("m", "sm_90", torch.device("cuda", 0), 1, None, [], [], specs)
+    loaded = Loaded("m", "sm_90", torch.device("cuda", 0), 1, None, [], [], specs, ())
     monkeypatch.setattr(package, "_device_index", lambda device: 0)
     monkeypatch.setattr(Package, "_load", lambda self, index: loads.append(index) or loaded)
 
@@ -585,7 +585,7 @@ def _fake_model(check=False):
 
     kernel = cuda.Kernel(0x3007, (1, 1, 1), 1, 0, ["ptr", "ptr"], device="cpu")
     specs = input_specs([{"name": "x", "shape": [2], "stride": [1], "dtype": "float32", "align": 16}])
-    loaded = Loaded("m", "sm_90", torch.device("cuda", 1), 0x1001, forward, [kernel], [torch.ones(2)], specs)
+    loaded = Loaded("m", "sm_90", torch.device("cuda", 1), 0x1001, forward, [kernel], [torch.ones(2)], specs, ())
     return Model(loaded, check)
 
 

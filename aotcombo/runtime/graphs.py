@@ -7,7 +7,7 @@ loaded model per device, plus its static inputs.
 
 Inputs: a call checks its inputs (unless ``check_inputs=False``) and copies them into the
 static input buffers; a caller that writes into ``model.static_inputs()`` and passes those
-very tensors skips both. Outputs: by default a call returns fresh copies the caller may
+very tensors skips both. Inputs the model updates in place are copied back after the replay. Outputs: by default a call returns fresh copies the caller may
 keep (device-to-device copies); ``copy_outputs=False`` returns the static output tensors
 themselves, valid until the next call of the model, from any thread, overwrites them.
 
@@ -139,6 +139,7 @@ class GraphModel:
         self.name, self.variant, self.device, self.weights = model.name, model.variant, model.device, model.weights
         self._model, self._graph, self._inputs, self._guard = model, graph, inputs, model._guard
         self._outputs, self._spec = flatten(outputs)
+        self._mutated = getattr(model, "mutated", ())
         self.copy_outputs, self._lock = copy_outputs, threading.Lock()
         self._order = order or StreamOrder.on(model.device)
 
@@ -146,7 +147,8 @@ class GraphModel:
     def capture(cls, model, copy_outputs: bool = True) -> GraphModel:
         """Capture ``model`` (a Model: its kernels and weights) with fresh static inputs."""
         inputs = allocate(model._specs, model.device)
-        return cls(model, *capture(model.run, inputs, model.device), copy_outputs)
+        graph, outputs = capture(model.run, inputs, model.device)
+        return cls(model, graph, inputs, outputs, copy_outputs)
 
     def static_inputs(self) -> tuple:
         """The graph's input tensors: write into them and call ``model(*model.static_inputs())``."""
@@ -161,6 +163,9 @@ class GraphModel:
             if fresh:
                 copy_into(self._inputs, inputs)
             self._graph.replay()
+            if fresh:  # the graph updated its static copy of an input the model mutates: hand it back
+                for i in self._mutated:
+                    inputs[i].copy_(self._inputs[i])
             outputs = fresh_copies(self._outputs) if self.copy_outputs else self._outputs
         return unflatten(self._spec, outputs)
 

@@ -77,6 +77,7 @@ class Loaded(NamedTuple):
     kernels: list
     weights: list
     specs: list
+    mutated: tuple  # positions of inputs the model updates in place
 
 
 class Model:
@@ -86,6 +87,7 @@ class Model:
         self.name, self.variant, self.device, self.weights = loaded.name, loaded.variant, loaded.device, loaded.weights
         self._context, self._forward, self._kernels, self._specs = (
             loaded.context, loaded.forward, loaded.kernels, loaded.specs)
+        self.mutated = loaded.mutated
         self._guard = make_guard(self._specs, self.device) if check_inputs else None
         self._index, self._bound, self._static = self.device.index, {}, None
 
@@ -197,7 +199,9 @@ class Package:
         weights = torch.load(os.path.join(self.dir, m["weights"]), weights_only=True,
                              map_location=device) if m.get("weights") else []
         program = importlib.import_module(f"{self._import_name or m['name']}.{spec['program']}")
-        return Loaded(m["name"], variant, device, context, program.forward, kernels, weights, input_specs(m["inputs"]))
+        mutated = tuple(i for i, spec in enumerate(m["inputs"]) if spec.get("mutated"))
+        return Loaded(m["name"], variant, device, context, program.forward, kernels, weights,
+                      input_specs(m["inputs"]), mutated)
 
     def _load_kernels(self, entries: list[dict], device: torch.device) -> list[cuda.Kernel]:
         """The variant's kernels, each image loaded once, into the current context."""
