@@ -1,14 +1,26 @@
 """The build pipeline: trace -> plan -> codegen -> compile -> package.
 
-``build(model, example_inputs, ...)`` returns the wheel's path. Each stage is
-its own module; this one only wires them together, per target arch, and
-writes the manifest the runtime reads.
+``build(model, example_inputs, ...)`` returns a ``BuildResult`` (the wheel's
+path, every variant's plan, sources and binaries, the weights, timings and
+cache statistics). The module itself is callable as the short form that
+returns just the wheel's path, so ``aotcombo.build(model, inputs, ...)`` and
+``from aotcombo.build import build`` both work:
+
+    import aotcombo
+    wheel = aotcombo.build(model, inputs, arch=["sm_80", "sm_90"], name="mymodel", out="dist")
+
+Each stage is its own module; this one wires them together, per target arch,
+through the build cache (``cache.py``), and writes the manifest the runtime
+and ``aotcombo inspect`` read.
 """
 
 from __future__ import annotations
 
-import hashlib
+import operator
+import sys
 import tempfile
+import time
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -16,8 +28,8 @@ from typing import Sequence
 import torch
 
 from . import __version__
-from . import codegen, compiler, plan as plan_mod
-from .errors import EnvironmentError_, UnsupportedModelError, UsageError
+from . import codegen, compiler, graph as g, plan as plan_mod
+from .errors import EnvironmentError_, UsageError
 from .progress import Reporter
 
 DEFAULT_ARCHS = ("sm_80", "sm_90")
@@ -32,6 +44,7 @@ class Variant:
     program: str
     sources: dict[str, str]  # combo name -> rendered module
     binaries: dict[str, compiler.Binary] = field(default_factory=dict)
+    trace_cached: bool = False
 
 
 @dataclass
@@ -40,6 +53,8 @@ class BuildResult:
     variants: list[Variant]
     weights: list[torch.Tensor]  # in program order
     timings: dict[str, float]
+    manifest: dict = field(default_factory=dict)
+    cache: dict = field(default_factory=dict)  # hits and misses of this build
 
     def summary(self) -> dict:
         v = self.variants[0]
@@ -60,13 +75,23 @@ def check_environment() -> None:
             fix=f"pip install 'torch=={SUPPORTED_TORCH}.*' in the build environment (the runtime of the built "
             "package works with other torch versions)",
         )
-    try:
-        import triton  # noqa: F401
-    except ImportError as exc:
-        raise EnvironmentError_("triton is not installed", fix="pip install 'triton==3.8.*'") from exc
+    import importlib.util
+
+    for module, requirement in (("triton", "triton==3.8.*"), ("jinja2", "jinja2>=3.1"), ("sympy", "sympy>=1.13")):
+        try:
+            found = importlib.util.find_spec(module) is not None  # found, not imported: sympy alone takes 0.6 s
+        except (ImportError, ValueError):  # ValueError: sys.modules[module] is None
+            found = False
+        if not found:
+            raise EnvironmentError_(
+                f"{module} is not installed in this environment ({sys.executable}); aotcombo needs it to build",
+                fix=f"pip install '{requirement}' (or reinstall aotcombo with its dependencies)",
+            )
 
 
 def parse_archs(archs: Sequence[str | int]) -> list[int]:
+    if isinstance(archs, (str, int)):
+        archs = [archs]
     parsed = []
     for a in archs:
         try:
@@ -75,39 +100,119 @@ def parse_archs(archs: Sequence[str | int]) -> list[int]:
             raise UsageError(str(exc), fix="pass --arch as a comma-separated list such as sm_80,sm_90") from None
         if value not in compiler.supported_archs():
             known = ", ".join(f"sm_{x}" for x in compiler.supported_archs())
-            raise UsageError(f"unknown arch sm_{value}", fix=f"choose among {known}")
+            raise UsageError(f"unknown or unsupported arch sm_{value}", fix=f"choose among {known}")
         parsed.append(value)
     if not parsed:
         raise UsageError("no arch given", fix="pass --arch sm_80,sm_90")
     return sorted(set(parsed))
 
 
-def _trace_and_plan(model, inputs, arch, dispatch, name, reporter) -> tuple[Variant, dict, tuple]:
+# --- trace, through the cache --------------------------------------------------------
+
+
+def _weights_of(model, graph, constants: dict) -> dict | None:
+    """The model's tensors for the graph's weight inputs (None if one is missing).
+
+    ``constants``: tensors that are not attributes of the model (literals of its
+    ``forward`` that export lifted), stored with the cached trace."""
+    weights = {}
+    for i in graph.inputs:
+        if i.kind != "weight":
+            continue
+        try:
+            weights[i.key] = operator.attrgetter(i.key)(model).detach()
+        except AttributeError:
+            if i.key not in constants:
+                return None
+            weights[i.key] = _tensor_from_plain(constants[i.key])
+    return weights
+
+
+def _lifted_constants(model, weights: dict) -> dict:
+    """The weights a trace found that are not attributes of the model, as plain data."""
+    out = {}
+    for key, tensor in weights.items():
+        try:
+            operator.attrgetter(key)(model)
+        except AttributeError:
+            t = tensor.detach().contiguous()
+            out[key] = (str(t.dtype).removeprefix("torch."), tuple(t.shape),
+                        t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return out
+
+
+def _tensor_from_plain(plain) -> torch.Tensor:
+    dtype, shape, data = plain
+    dtype = getattr(torch, dtype)
+    if not data:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype).reshape(shape).clone()
+
+
+def _fits(graph, inputs, weights) -> bool:
+    """A cached graph's inputs still describe the model's (a second look past the key)."""
+    user = sorted((i for i in graph.inputs if i.kind == "user"), key=lambda i: i.key)
+    if len(user) != len(inputs):
+        return False
+    for i, t in zip(user, inputs):
+        if (tuple(t.shape), tuple(t.stride()), str(t.dtype).removeprefix("torch.")) != (
+                i.spec.shape, i.spec.stride, i.spec.dtype):
+            return False
+    for i in graph.inputs:
+        if i.kind == "weight":
+            t = weights[i.key]
+            if (tuple(t.shape), str(t.dtype).removeprefix("torch.")) != (i.spec.shape, i.spec.dtype):
+                return False
+    return True
+
+
+def _trace_keys(model, inputs, archs, cache, model_file, reporter) -> dict:
+    """Trace cache keys for every arch, computed before any trace (a trace imports
+    Inductor, whose configs are part of the key once imported)."""
+    from .cache import Uncacheable, trace_keys
+
+    if not cache.enabled:
+        return {a: None for a in archs}
+    try:
+        return trace_keys(model, inputs, archs, model_file)
+    except Uncacheable as exc:
+        reporter.detail(f"traces are not cached for this model: {exc}")
+        return {a: None for a in archs}
+
+
+def _trace(model, inputs, arch, cache, key, reporter) -> tuple:
+    """``(graph, weights, structure, cached)`` for ``sm_{arch}``."""
+    if key is not None:
+        entry = cache.get_trace(key)
+        if entry is not None:
+            graph, structure = entry["graph"], entry["structure"]
+            weights = _weights_of(model, graph, entry.get("constants") or {})
+            if graph.arch == arch and weights is not None and _fits(graph, inputs, weights):
+                reporter.line(f"trace for sm_{arch}: from the build cache")
+                return graph, weights, structure, True
+            reporter.detail(f"sm_{arch}: the cached trace does not fit the model; tracing again")
     from . import inductor_bridge
 
-    with reporter.stage(f"trace for sm_{arch}"):
+    with reporter.stage(f"trace for sm_{arch}", timing_key="trace"):
         graph, weights, structure = inductor_bridge.trace(model, inputs, arch)
-    plan = plan_mod.make_plan(graph, dispatch=dispatch)
-    reporter.detail(
-        f"sm_{arch}: {plan.kernel_launches} kernels -> {len(plan.combos)} combo launches, {plan.extern_calls} extern calls"
-    )
-    sources = {c.name: codegen.render_combo(c) for c in plan.combos}
-    program = codegen.render_program(plan, structure, name)
-    return Variant(arch, plan, program, sources), weights, structure
+    entry = {"graph": graph, "structure": structure, "constants": _lifted_constants(model, weights)}
+    if key is not None and not cache.put_trace(key, entry):
+        reporter.detail(f"sm_{arch}: the trace holds values the build cache does not store; not cached")
+    return graph, weights, structure, False
 
 
-def _compile(variant: Variant, workdir: Path, reporter: Reporter, done: list[int], total: int) -> None:
-    for combo in variant.plan.combos:
-        signature, aligned = codegen.combo_signature(combo)
-        variant.binaries[combo.name] = compiler.compile_kernel(
-            variant.sources[combo.name], combo.name, signature, aligned, variant.arch, combo.num_warps,
-            workdir / f"sm_{variant.arch}",
-        )
-        done[0] += 1
-        reporter.count("compiled kernels", done[0], total)
+# --- manifest ------------------------------------------------------------------------
+
+
+def _levels(plan) -> dict[int, int]:
+    """Dependency level (ASAP) of every op of the traced graph, by ``id(op)``."""
+    graph = plan.graph
+    level = plan_mod.levels(plan_mod.dependencies(graph))
+    return {id(op): lv for op, lv in zip(graph.ops, level)}
 
 
 def _kernel_entries(variant: Variant, image_of) -> list[dict]:
+    level_of = _levels(variant.plan)
     entries = []
     for combo in variant.plan.combos:
         b = variant.binaries[combo.name]
@@ -124,111 +229,248 @@ def _kernel_entries(variant: Variant, image_of) -> list[dict]:
                 "profile_scratch": list(b.profile_scratch),
                 "sub_kernels": [s.kernel.name for s in combo.subs],
                 "dispatch": combo.dispatch,
+                "level": level_of.get(id(combo.subs[0].launch)),
+                "registers": b.registers,
+                "local_bytes": b.spills,
+                "stack_bytes": b.stack,
+                "blocks": [
+                    {
+                        "kernel": s.kernel.name,
+                        "heuristic": s.kernel.heuristic,
+                        "numel": dict(s.kernel.numels),
+                        "block": dict(s.blocks.constexprs),
+                        "programs": s.blocks.programs,
+                        "axes": list(s.blocks.axes),
+                        "num_warps": s.blocks.num_warps,
+                    }
+                    for s in combo.subs
+                ],
             }
         )
     return entries
 
 
+def _schedule(variant: Variant) -> list[dict]:
+    """The forward's launches in order: combo kernels and extern calls, with levels."""
+    level_of = _levels(variant.plan)
+    out = []
+    for op in variant.plan.ops:
+        if isinstance(op, plan_mod.ComboLaunch):
+            combo = next(c for c in variant.plan.combos if c.name == op.combo)
+            out.append({"combo": op.combo, "level": level_of.get(id(combo.subs[0].launch))})
+        elif isinstance(op, g.Extern):
+            out.append({"extern": op.op, "level": level_of.get(id(op))})
+    return out
+
+
+def _stats(plan) -> dict:
+    return {
+        "kernels": plan.kernel_launches,
+        "combos": len(plan.combos),
+        "extern_calls": plan.extern_calls,
+        "launches_per_forward": len(plan.combos) + plan.extern_calls,
+        "launches_uncombined": plan.kernel_launches + plan.extern_calls,
+    }
+
+
 def _program_module(text: str) -> str:
+    import hashlib
+
     return "program_" + hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _manifest(name, version, archs, variants, weight_tensors, weights_file_bytes) -> tuple[dict, dict, dict, dict]:
+    ptx_variant = variants[0]
+    programs: dict[str, str] = {}
+    images: dict[str, bytes] = {}
+    sources: dict[str, str] = {}
+    manifest_variants = {}
+    for v in variants:
+        module = _program_module(v.program)
+        programs[module] = v.program
+        key = f"sm_{v.arch}"
+        for c in v.plan.combos:
+            images[f"kernels/{key}/{c.name}.cubin"] = v.binaries[c.name].cubin
+            sources[f"kernels/{key}/{c.name}.py"] = v.sources[c.name]
+        manifest_variants[key] = {
+            "program": module,
+            "kernels": _kernel_entries(v, lambda n, key=key: f"kernels/{key}/{n}.cubin"),
+            "schedule": _schedule(v),
+            "stats": _stats(v.plan),
+        }
+    for c in ptx_variant.plan.combos:
+        images[f"kernels/ptx/{c.name}.ptx"] = ptx_variant.binaries[c.name].ptx.encode()
+    manifest_variants["ptx"] = {
+        "program": _program_module(ptx_variant.program),
+        "kernels": _kernel_entries(ptx_variant, lambda n: f"kernels/ptx/{n}.ptx"),
+        "schedule": _schedule(ptx_variant),
+        "stats": _stats(ptx_variant.plan),
+    }
+    graph = ptx_variant.plan.graph
+    user_inputs = sorted((i for i in graph.inputs if i.kind == "user"), key=lambda i: i.key)
+    manifest = {
+        "format": 1,
+        "name": name,
+        "version": version,
+        "versions": {"aotcombo": __version__, "torch": torch.__version__, "triton": _triton_version()},
+        "archs": archs,
+        "ptx_arch": ptx_variant.arch,
+        "inputs": [
+            {
+                "name": i.name,
+                "shape": list(i.spec.shape),
+                "stride": list(i.spec.stride),
+                "dtype": i.spec.dtype,
+                "align": 16,
+                "mutated": i.name in {name for name, _ in graph.mutations},
+            }
+            for i in user_inputs
+        ],
+        "weights": "weights.pt",
+        "extern_ops": sorted({op.op for v in variants for op in v.plan.ops if hasattr(op, "op")}),
+        "stats": {
+            **_stats(ptx_variant.plan),
+            "weight_tensors": len(weight_tensors),
+            "weights_bytes": sum(w.numel() * w.element_size() for w in weight_tensors),
+            "weights_file_bytes": weights_file_bytes,
+        },
+        "variants": manifest_variants,
+    }
+    return manifest, programs, images, sources
+
+
+def _triton_version() -> str:
+    try:
+        import triton
+
+        return triton.__version__
+    except ImportError:  # pragma: no cover - check_environment found it
+        return "?"
+
+
+# --- the pipeline -------------------------------------------------------------------------
 
 
 def build(
     model: torch.nn.Module,
     example_inputs: Sequence[torch.Tensor],
     *,
-    arch: Sequence[str | int] = DEFAULT_ARCHS,
+    arch: Sequence[str | int] | str = DEFAULT_ARCHS,
     name: str = "model",
     out: str | Path = "dist",
     dispatch: str = "sequential",
     version: str = "0.1.0",
     reporter: Reporter | None = None,
+    cache: bool | str | Path | None = True,
+    jobs: int | None = None,
+    model_file: str | Path | None = None,
 ) -> BuildResult:
-    """Build an installable wheel of ``model`` for ``example_inputs``' shapes."""
-    from .package import build_wheel, check_name, stage
+    """Build an installable wheel of ``model`` for ``example_inputs``' shapes.
 
+    ``cache``: ``True`` uses the build cache (see ``aotcombo.cache``), ``False``
+    neither reads nor writes it, a path uses that folder. ``jobs``: kernels
+    compiled at once (default: the CPUs this process may use; 1: no worker
+    processes). ``model_file``: the file the model came from, part of the trace
+    cache key."""
+    from .cache import Cache
+    from .package import check_name, check_out_dir, check_version, package_files, save_weights, write_wheel
+
+    started = time.perf_counter()
     reporter = reporter or Reporter(quiet=True)
     check_environment()
     archs = parse_archs(arch)
     check_name(name)
+    version = check_version(version)
     if dispatch not in plan_mod.DISPATCHES:
         raise UsageError(f"unknown dispatch {dispatch!r}", fix=f"choose among {', '.join(plan_mod.DISPATCHES)}")
+    out = check_out_dir(out)
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"--jobs {jobs}: need at least 1", fix="pass --jobs 1 to compile in this process only")
+    cache = Cache.from_options(cache, warn=reporter.warning)
     model = model.eval()
     inputs = tuple(example_inputs)
+    parallel = jobs or compiler.default_jobs()
 
     variants: list[Variant] = []
-    weights = structure = None
-    for a in archs:
-        variant, weights, structure = _trace_and_plan(model, inputs, a, dispatch, name, reporter)
-        variants.append(variant)
-
-    total = sum(len(v.plan.combos) for v in variants)
-    done = [0]
+    weights = None
+    keys = _trace_keys(model, inputs, archs, cache, model_file, reporter)
     with tempfile.TemporaryDirectory(prefix="aotcombo-build-") as tmp:
-        tmpdir = Path(tmp)
-        with reporter.stage(f"compile {total} kernels for {', '.join(f'sm_{a}' for a in archs)}"):
-            for v in variants:
-                _compile(v, tmpdir / "kernels", reporter, done, total)
+        scheduler = compiler.Scheduler(cache, parallel, reporter, triton_cache_dir=str(Path(tmp) / "triton"))
+        try:
+            for index, a in enumerate(archs):
+                graph, weights, structure, cached = _trace(model, inputs, a, cache, keys[a], reporter)
+                plan = plan_mod.make_plan(graph, dispatch=dispatch)
+                reporter.detail(
+                    f"sm_{a}: {plan.kernel_launches} kernels -> {len(plan.combos)} combo launches, "
+                    f"{plan.extern_calls} extern calls"
+                )
+                sources = {c.name: codegen.render_combo(c) for c in plan.combos}
+                program = codegen.render_program(plan, structure, name)
+                variant = Variant(a, plan, program, sources, trace_cached=cached)
+                variants.append(variant)
+                for combo in plan.combos:
+                    signature, aligned = codegen.combo_signature(combo)
+                    scheduler.add(compiler.Job(
+                        f"sm_{a}/{combo.name}", sources[combo.name], combo.name, tuple(signature.items()),
+                        tuple(aligned), a, combo.num_warps,
+                    ))
+                # Workers, if the compiles ahead are worth them: they start while the
+                # next arch is traced, and take this arch's kernels meanwhile.
+                scheduler.plan_pool(archs_left=len(archs) - index - 1)
+            total = sum(len(v.plan.combos) for v in variants)
+            misses = scheduler.total
+            what = f"{total} kernels for {', '.join(f'sm_{a}' for a in archs)}"
+            if misses < total:
+                what += f", {total - misses} from the build cache"
+            with reporter.stage(f"compile {what}", timing_key="compile"):
+                binaries = scheduler.finish()
+        finally:
+            scheduler.close(kill=True)
 
-        ptx_variant = variants[0]
-        programs: dict[str, str] = {}
-        images: dict[str, bytes] = {}
-        sources: dict[str, str] = {}
-        manifest_variants = {}
-        for v in variants:
-            module = _program_module(v.program)
-            programs[module] = v.program
-            key = f"sm_{v.arch}"
-            for c in v.plan.combos:
-                images[f"kernels/{key}/{c.name}.cubin"] = v.binaries[c.name].cubin
-                sources[f"kernels/{key}/{c.name}.py"] = v.sources[c.name]
-            manifest_variants[key] = {
-                "program": module,
-                "kernels": _kernel_entries(v, lambda n, key=key: f"kernels/{key}/{n}.cubin"),
-            }
-        for c in ptx_variant.plan.combos:
-            images[f"kernels/ptx/{c.name}.ptx"] = ptx_variant.binaries[c.name].ptx.encode()
-        manifest_variants["ptx"] = {
-            "program": _program_module(ptx_variant.program),
-            "kernels": _kernel_entries(ptx_variant, lambda n: f"kernels/ptx/{n}.ptx"),
-        }
-        graph = ptx_variant.plan.graph
-        user_inputs = sorted((i for i in graph.inputs if i.kind == "user"), key=lambda i: i.key)
-        manifest = {
-            "format": 1,
-            "name": name,
-            "version": version,
-            "versions": {"aotcombo": __version__, "torch": torch.__version__, "triton": _triton_version()},
-            "archs": archs,
-            "ptx_arch": ptx_variant.arch,
-            "inputs": [
-                {
-                    "name": i.name,
-                    "shape": list(i.spec.shape),
-                    "stride": list(i.spec.stride),
-                    "dtype": i.spec.dtype,
-                    "align": 16,
-                }
-                for i in user_inputs
-            ],
-            "weights": "weights.pt",
-            "extern_ops": sorted({op.op for v in variants for op in v.plan.ops if hasattr(op, "op")}),
-            "stats": {
-                "kernels": ptx_variant.plan.kernel_launches,
-                "combos": len(ptx_variant.plan.combos),
-                "extern_calls": ptx_variant.plan.extern_calls,
-            },
-            "variants": manifest_variants,
-        }
-        weight_tensors = [weights[i.key] for i in graph.inputs if i.kind == "weight"]
-        with reporter.stage("package wheel"):
-            project = stage(tmpdir / "project", name, manifest, programs, images, sources, weight_tensors)
-            wheel = build_wheel(project, Path(out))
+    for v in variants:
+        v.binaries = {c.name: binaries[f"sm_{v.arch}/{c.name}"] for c in v.plan.combos}
+    graph = variants[0].plan.graph
+    weight_tensors = [weights[i.key] for i in graph.inputs if i.kind == "weight"]
+    with reporter.stage("package wheel", timing_key="package"):
+        weights_file = save_weights(weight_tensors)
+        manifest, programs, images, sources = _manifest(name, version, archs, variants, weight_tensors,
+                                                        len(weights_file))
+        files = package_files(name, manifest, programs, images, sources, weights_file)
+        wheel = write_wheel(out, name, version, files)
+    stats = {
+        "enabled": cache.enabled,
+        "dir": str(cache.root) if cache.enabled else None,
+        "traces_cached": sum(v.trace_cached for v in variants),
+        "traces": len(variants),
+        "kernels_cached": scheduler.cached,
+        "kernels_compiled": scheduler.compiled,
+    }
+    timings = dict(reporter.timings)
+    timings["total"] = time.perf_counter() - started
     reporter.line(f"wrote {wheel}")
-    return BuildResult(wheel=wheel, variants=variants, weights=weight_tensors, timings=dict(reporter.timings))
+    return BuildResult(wheel=wheel, variants=variants, weights=weight_tensors, timings=timings,
+                       manifest=manifest, cache=stats)
 
 
-def _triton_version() -> str:
-    import triton
+def build_wheel_path(model, example_inputs, **options) -> Path:
+    """``build(...)``, returning only the wheel's path."""
+    return build(model, example_inputs, **options).wheel
 
-    return triton.__version__
+
+class _CallableModule(types.ModuleType):
+    """``aotcombo.build`` is this module; calling it builds and returns the wheel's path."""
+
+    def __call__(
+        self,
+        model: torch.nn.Module,
+        example_inputs: Sequence[torch.Tensor],
+        *,
+        arch: Sequence[str | int] | str = DEFAULT_ARCHS,
+        name: str = "model",
+        out: str | Path = "dist",
+        **options,
+    ) -> Path:
+        return build(model, example_inputs, arch=arch, name=name, out=out, **options).wheel
+
+
+sys.modules[__name__].__class__ = _CallableModule

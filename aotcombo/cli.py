@@ -1,26 +1,32 @@
-"""The ``aotcombo`` command line."""
+"""The ``aotcombo`` command line: ``build``, ``inspect``, ``cache``."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 import traceback
 from pathlib import Path
 
 from . import __version__
-from .errors import BuildError
+from .errors import EXIT_STATUSES, INTERNAL_ERROR, INTERRUPTED, BuildError
 
-INTERNAL_ERROR = 70  # EX_SOFTWARE
-
-EPILOG = """\
-exit status: 0 done; 2 bad arguments; 3 model file; 4 unsupported model;
-5 kernel compile failed; 6 build environment; 7 cannot write output;
-70 internal error (rerun with --verbose and report it).
+EPILOG = "exit status: " + "; ".join(f"{code} {what}" for code, what in EXIT_STATUSES) + """.
 
 examples:
   aotcombo build sample_models/branches.py
   aotcombo build model.py --arch sm_80,sm_90 --name mymodel --out dist/
+  aotcombo inspect dist/mymodel-0.1.0-py3-none-any.whl --png partition.png
   pip install dist/mymodel-*.whl && python -c "import mymodel; m = mymodel.load('cuda')"
+"""
+
+CACHE_HELP = """\
+build cache: compiled kernels and traces are kept in $AOTCOMBO_CACHE_DIR, else
+$XDG_CACHE_HOME/aotcombo, else ~/.cache/aotcombo, so an unchanged model rebuilds in
+seconds; --no-cache (or AOTCOMBO_NO_CACHE=1) builds from scratch without reading or
+writing it. The same model, inputs, archs and tool versions give a byte-identical
+wheel, cached or not.
 """
 
 
@@ -43,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Build an installable wheel from MODEL_FILE, a Python file defining get_model() "
         "(an nn.Module on the CPU) and get_example_inputs() (a tuple of CPU tensors). The package "
         "runs the model for exactly those input shapes, dtypes and strides.",
-        epilog=EPILOG,
+        epilog=CACHE_HELP + "\n" + EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     build.add_argument("model_file", metavar="MODEL_FILE", help="path of the model's .py file")
@@ -63,70 +69,216 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--model-fn", default="get_model", help="function returning the model (default: %(default)s)")
     build.add_argument("--inputs-fn", default="get_example_inputs",
                        help="function returning the example inputs (default: %(default)s)")
-    noise = build.add_mutually_exclusive_group()
-    noise.add_argument("-q", "--quiet", action="store_true", help="print only errors")
-    noise.add_argument("-v", "--verbose", action="store_true", help="more detail, and tracebacks on errors")
+    build.add_argument("--no-cache", action="store_true",
+                       help="do not read or write the build cache (see below)")
+    build.add_argument("-j", "--jobs", type=int, metavar="N",
+                       help="kernels to compile at once (default: the CPUs available; 1: no worker processes)")
+    _noise(build)
+
+    inspect = commands.add_parser(
+        "inspect",
+        help="show what a built package holds",
+        description="Show what a package built by aotcombo holds: archs, inputs, weights, versions, launches per "
+        "forward against the un-combined count, and for each arch every combo kernel with its dependency level, "
+        "the Inductor kernels it launches together, block sizes, grid, warps, registers and memory. Reads a wheel "
+        "without installing it, an installed package without importing it, or an unpacked folder.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    inspect.add_argument("target", metavar="WHEEL|PACKAGE|FOLDER",
+                         help="a .whl file, an installed package's import name, or a folder")
+    inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
+    inspect.add_argument("--png", metavar="FILE", help="draw the combo partition of one arch into a PNG image")
+    inspect.add_argument("--arch", help="the arch to show (text) or draw (--png; default: the first cubin arch)")
+    _noise(inspect)
+
+    cache = commands.add_parser("cache", help="show or clear the build cache",
+                                description="Show where the build cache is and how much it holds.\n\n" + CACHE_HELP,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    cache.add_argument("--clear", action="store_true", help="remove every entry")
+    _noise(cache)
     return parser
 
 
-def _build(args) -> int:
-    from .build import build, check_environment, parse_archs
-    from .modelfile import load_model_file, run_eager
-    from .package import check_name
-    from .progress import Reporter
+def _noise(parser) -> None:
+    noise = parser.add_mutually_exclusive_group()
+    noise.add_argument("-q", "--quiet", action="store_true", help="print only errors")
+    noise.add_argument("-v", "--verbose", action="store_true", help="more detail, and tracebacks on errors")
 
-    reporter = Reporter(quiet=args.quiet, verbose=args.verbose)
+
+# --- commands ----------------------------------------------------------------------------
+
+
+REQUIREMENTS = {"torch": "torch==2.14.*", "triton": "triton==3.8.*", "jinja2": "jinja2>=3.1", "sympy": "sympy>=1.13",
+                "numpy": "numpy", "packaging": "packaging"}
+
+
+def _build_modules():
+    """The build's modules; a build dependency that is missing is an environment error."""
+    try:
+        from . import build, modelfile, package
+
+        return build, modelfile, package
+    except ImportError as exc:
+        from .errors import EnvironmentError_
+
+        missing = (exc.name or "").partition(".")[0]
+        if missing not in REQUIREMENTS:
+            raise
+        raise EnvironmentError_(
+            f"{missing} is not installed in this environment ({sys.executable}); aotcombo needs it to build",
+            fix=f"pip install '{REQUIREMENTS[missing]}' (or reinstall aotcombo with its dependencies)",
+        ) from exc
+
+
+def _build(args, reporter) -> int:
+    build_mod, modelfile, package = _build_modules()
+    build, check_environment, parse_archs = build_mod.build, build_mod.check_environment, build_mod.parse_archs
+    load_model_file, run_eager = modelfile.load_model_file, modelfile.run_eager
+    check_name, check_out_dir, check_version = package.check_name, package.check_out_dir, package.check_version
+
     path = Path(args.model_file)
-    name = args.name or path.stem
-    # Cheap checks first: a typo in --arch should not cost a model load.
+    name = args.name or path.stem.replace("-", "_")
+    archs = [a for a in args.arch.split(",") if a.strip()]
+    # Cheap checks first: a typo in --arch or an unwritable --out should not cost a model load.
     check_environment()
-    parse_archs([a for a in args.arch.split(",") if a.strip()])
+    parse_archs(archs)
     check_name(name)
-    with reporter.stage(f"load {path}"):
+    check_version(args.package_version)
+    check_out_dir(args.out)
+    if args.jobs is not None and args.jobs < 1:
+        from .errors import UsageError
+
+        raise UsageError(f"--jobs {args.jobs}: need at least 1", fix="pass --jobs 1 to compile in this process only")
+    with reporter.stage(f"load {path}", timing_key="load"):
         model, inputs = load_model_file(path, args.model_fn, args.inputs_fn)
         run_eager(model, inputs, path=path)
     result = build(
         model,
         inputs,
-        arch=[a for a in args.arch.split(",") if a.strip()],
+        arch=archs,
         name=name,
         out=args.out,
         dispatch=args.dispatch,
         version=args.package_version,
         reporter=reporter,
+        cache=not args.no_cache,
+        jobs=args.jobs,
+        model_file=path,
     )
     s = result.summary()
+    c = result.cache
     reporter.line(
         f"{name}: {s['kernels']} kernels in {s['combos']} combo launches + {s['extern_calls']} extern calls "
         f"= {s['launches_per_forward']} launches per forward"
     )
+    if c["enabled"]:
+        reporter.detail(f"build cache {c['dir']}: traces {c['traces_cached']}/{c['traces']} cached, kernels "
+                        f"{c['kernels_cached']} cached + {c['kernels_compiled']} compiled")
+    reporter.detail("times: " + ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.items()))
     if not args.quiet:
         print(result.wheel)
     return 0
 
 
+def _inspect(args, reporter) -> int:
+    from .inspection import format_text, inspect_package, render_png
+
+    info = inspect_package(args.target)
+    if args.arch and args.arch not in info["variants"]:
+        from .errors import UsageError
+
+        raise UsageError(f"{info['name']} has no variant {args.arch}", fix=f"choose among {', '.join(info['variants'])}")
+    if args.json:
+        print(json.dumps(info, indent=1, sort_keys=True))
+    elif not args.quiet or not args.png:
+        sys.stdout.write(format_text(info, args.arch))
+    sys.stdout.flush()
+    if args.png:
+        png = Path(args.png)
+        try:
+            render_png(info, png, args.arch)
+        except OSError as exc:
+            from .errors import OutputError
+
+            raise OutputError(f"cannot write {png}: {exc.strerror or exc}", fix="pass --png with a writable path") from exc
+        reporter.line(f"wrote {png}")
+    return 0
+
+
+def _cache(args, reporter) -> int:
+    from .cache import Cache, default_dir
+
+    cache = Cache(default_dir())
+    if args.clear:
+        freed = cache.clear()
+        reporter.line(f"cleared {cache.root} ({freed / 1e6:.1f} MB)")
+        return 0
+    usage = cache.usage()
+    print(f"{cache.root}")
+    for kind, u in usage.items():
+        print(f"  {kind}: {u['entries']} entries, {u['bytes'] / 1e6:.1f} MB")
+    return 0
+
+
+COMMANDS = {"build": _build, "inspect": _inspect, "cache": _cache}
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status.
+
+    Called without ``argv`` (the ``aotcombo`` script, ``python -m aotcombo``)
+    after a build, it ends the process itself once its output is flushed:
+    tearing down the interpreter after Inductor was imported takes 1.5 s and
+    has nothing left to do (temporary files are gone, the wheel is in place)."""
+    code = _main(argv)
+    if argv is None and _heavy_imports():
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed pipe: nothing more to say
+                pass
+        os._exit(code)
+    return code
+
+
+def _heavy_imports() -> bool:
+    return "torch" in sys.modules
+
+
+def _main(argv: list[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
+    from .progress import Reporter
+
+    reporter = Reporter(quiet=args.quiet, verbose=args.verbose)
     try:
-        return _build(args)
+        return COMMANDS[args.command](args, reporter)
     except BuildError as exc:
+        reporter.close()
         print(f"aotcombo: error: {exc.title}: {exc}", file=sys.stderr)
-        if args.verbose and exc.__cause__ is not None:
-            traceback.print_exception(exc.__cause__, file=sys.stderr)
+        if args.verbose:
+            if exc.detail:
+                print(exc.detail, file=sys.stderr)
+            elif exc.__cause__ is not None:
+                traceback.print_exception(exc.__cause__, file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("aotcombo: interrupted; nothing was written", file=sys.stderr)
-        return 130
+        reporter.close()
+        what = "; nothing was written" if args.command == "build" else ""
+        print(f"aotcombo: interrupted{what}", file=sys.stderr)
+        return INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one paragraph, no traceback
+        reporter.close()
         if args.verbose:
             traceback.print_exc()
+        text = str(exc).strip()
         print(
-            f"aotcombo: internal error: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}\n"
-            "  nothing was written; rerun with --verbose for the traceback and report it",
+            f"aotcombo: internal error: {type(exc).__name__}: {text.splitlines()[0] if text else ''}\n"
+            f"  nothing was written; rerun with --verbose for the traceback and report it",
             file=sys.stderr,
         )
         return INTERNAL_ERROR

@@ -1,0 +1,501 @@
+"""Build experience: the build cache, reproducible wheels, the Python API,
+``aotcombo inspect`` (text, JSON, PNG; wheel, folder, installed package) and
+progress output. Builds use a 2-layer MLP for sm_90 to stay fast."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import zipfile
+import zlib
+from pathlib import Path
+
+import pytest
+import torch
+
+import aotcombo
+from aotcombo import cache as cache_mod
+from aotcombo import compiler
+from aotcombo.build import BuildResult, build
+from aotcombo.cli import main
+from aotcombo.modelfile import load_model_file
+from aotcombo.progress import Reporter
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MLP = """\
+import torch
+from torch import nn
+
+HIDDEN = 64
+
+
+def get_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 16))
+
+
+def get_example_inputs():
+    return (torch.randn(8, 32, generator=torch.Generator().manual_seed(1)),)
+"""
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("experience")
+
+
+@pytest.fixture(scope="module")
+def mlp_file(workdir):
+    path = workdir / "src" / "mlp.py"
+    path.parent.mkdir()
+    path.write_text(MLP)
+    return path
+
+
+@pytest.fixture(scope="module")
+def cache_dir(workdir):
+    return workdir / "cache"
+
+
+@pytest.fixture(scope="module")
+def builds(mlp_file, cache_dir, workdir):
+    """The MLP built three times: cold cache, warm cache, no cache."""
+    model, inputs = load_model_file(mlp_file)
+    common = dict(arch=["sm_90"], name="mlp", jobs=1, model_file=mlp_file)
+    cold = build(model, inputs, out=workdir / "cold", cache=cache_dir, **common)
+    warm = build(model, inputs, out=workdir / "warm", cache=cache_dir, **common)
+    uncached = build(model, inputs, out=workdir / "uncached", cache=False, **common)
+    return cold, warm, uncached
+
+
+# --- the Python API ------------------------------------------------------------------------
+
+
+def test_import_is_cheap():
+    code = ("import sys, time; t = time.perf_counter(); import aotcombo; dt = time.perf_counter() - t; "
+            "print(dt, sorted(m for m in ('torch', 'triton', 'jinja2', 'sympy') if m in sys.modules)); "
+            "print(callable(aotcombo.build), aotcombo.__version__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT))).stdout.splitlines()
+    seconds, loaded = out[0].split(" ", 1)
+    assert loaded == "[]" and float(seconds) < 0.5
+    assert out[1] == f"True {aotcombo.__version__}"
+
+
+def test_python_api_returns_the_wheel_path(mlp_file, cache_dir, tmp_path, builds):
+    model, inputs = load_model_file(mlp_file)
+    wheel = aotcombo.build(model, inputs, arch=["sm_90"], name="mlp", out=tmp_path, cache=cache_dir, jobs=1,
+                           model_file=mlp_file)
+    assert isinstance(wheel, Path) and wheel.parent == tmp_path and wheel.is_file()
+    assert sha256(wheel) == sha256(builds[0].wheel)
+    result = aotcombo.build_package(model, inputs, arch="sm_90", name="mlp", out=tmp_path / "again",
+                                    cache=cache_dir, jobs=1, model_file=mlp_file)
+    assert isinstance(result, BuildResult) and sha256(result.wheel) == sha256(wheel)
+    assert isinstance(build(model, inputs, arch=["sm_90"], name="mlp", out=tmp_path / "third", cache=cache_dir,
+                            jobs=1, model_file=mlp_file), BuildResult)  # the detailed form, as before
+
+
+# --- cache and reproducibility ------------------------------------------------------------------
+
+
+def test_reproducible(builds):
+    cold, warm, uncached = builds
+    assert sha256(cold.wheel) == sha256(warm.wheel) == sha256(uncached.wheel)
+    assert cold.wheel.name == "mlp-0.1.0-py3-none-any.whl"
+
+
+def test_warm_build_comes_from_the_cache(builds):
+    cold, warm, uncached = builds
+    n = len(cold.variants[0].plan.combos)
+    assert cold.cache == {**cold.cache, "traces_cached": 0, "kernels_cached": 0, "kernels_compiled": n}
+    assert warm.cache == {**warm.cache, "traces_cached": 1, "kernels_cached": n, "kernels_compiled": 0}
+    assert uncached.cache["enabled"] is False and uncached.cache["kernels_compiled"] == n
+    assert "trace" not in warm.timings
+
+
+def test_cache_layout_and_no_leftovers(builds, cache_dir):
+    files = sorted(p.relative_to(cache_dir).as_posix() for p in cache_dir.rglob("*") if p.is_file())
+    assert files and all(f.startswith("v1/kernels/") and f.endswith(".bin") or f.startswith("v1/traces/")
+                         and f.endswith(".pkl") for f in files), files
+    assert not [f for f in files if ".tmp" in f]
+
+
+def test_no_machine_or_temporary_paths_in_the_wheel(builds, mlp_file):
+    wheel = builds[0].wheel
+    banned = [b"aotcombo-build-", b"aotcombo-failed", tempfile.gettempdir().encode() + b"/", str(ROOT).encode(),
+              str(mlp_file.parent).encode(), os.path.dirname(torch.__file__).encode()]
+    with zipfile.ZipFile(wheel) as zf:
+        for name in zf.namelist():
+            data = zf.read(name)
+            if name.endswith("weights.pt"):  # a zip of its own: look inside too
+                with zipfile.ZipFile(io.BytesIO(data)) as inner:
+                    data = b"".join(inner.read(n) for n in inner.namelist()) + "".join(inner.namelist()).encode()
+            for b in banned:
+                assert b not in data, (name, b)
+
+
+def test_wheel_is_normalised(builds):
+    wheel = builds[0].wheel
+    with zipfile.ZipFile(wheel) as zf:
+        infos = zf.infolist()
+        names = [i.filename for i in infos]
+        dist = [n for n in names if ".dist-info/" in n]
+        assert names == sorted(n for n in names if n not in dist) + dist
+        assert dist[-1] == "mlp-0.1.0.dist-info/RECORD"
+        for info in infos:
+            assert info.date_time == (1980, 1, 1, 0, 0, 0)
+            assert info.external_attr >> 16 == 0o100644
+        record = zf.read(dist[-1]).decode().splitlines()
+        for line in record:
+            path, digest, size = line.rsplit(",", 2)
+            if path.endswith("RECORD"):
+                assert digest == size == ""
+                continue
+            data = zf.read(path)
+            expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            assert digest == f"sha256={expected}" and int(size) == len(data)
+        manifest = zf.read("mlp/manifest.json").decode()
+        assert manifest == json.dumps(json.loads(manifest), indent=1, sort_keys=True) + "\n"
+
+
+def test_manifest_has_what_inspect_needs_and_what_the_runtime_reads(builds):
+    m = builds[0].manifest
+    for key in ("format", "name", "archs", "ptx_arch", "inputs", "weights", "variants"):
+        assert key in m
+    assert m["weights"] == "weights.pt"
+    assert m["stats"]["launches_uncombined"] == m["stats"]["kernels"] + m["stats"]["extern_calls"]
+    assert m["stats"]["weight_tensors"] == 4 and m["stats"]["weights_bytes"] == (32 * 64 + 64 + 64 * 16 + 16) * 4
+    for key in ("sm_90", "ptx"):
+        variant = m["variants"][key]
+        assert variant["schedule"] and variant["stats"]["launches_per_forward"] == len(variant["schedule"])
+        for k in variant["kernels"]:
+            for runtime_key in ("image", "function", "grid", "num_warps", "shared", "params", "global_scratch",
+                                "profile_scratch"):
+                assert runtime_key in k
+            assert isinstance(k["registers"], int) and k["registers"] > 0
+            assert k["local_bytes"] == 0 and isinstance(k["level"], int)
+            assert k["blocks"] and all(b["programs"] >= 1 and b["block"] for b in k["blocks"])
+
+
+def test_corrupt_cache_entries_are_misses(mlp_file, tmp_path):
+    model, inputs = load_model_file(mlp_file)
+    cache = tmp_path / "cache"
+    first = build(model, inputs, arch=["sm_90"], name="mlp", out=tmp_path / "a", cache=cache, jobs=1,
+                  model_file=mlp_file)
+    for entry in cache.rglob("*.bin"):
+        entry.write_bytes(entry.read_bytes()[:100])  # truncated
+    for entry in cache.rglob("*.pkl"):
+        entry.write_bytes(b"garbage")
+    again = build(model, inputs, arch=["sm_90"], name="mlp", out=tmp_path / "b", cache=cache, jobs=1,
+                  model_file=mlp_file)
+    assert again.cache["traces_cached"] == 0 and again.cache["kernels_cached"] == 0
+    assert sha256(first.wheel) == sha256(again.wheel)
+
+
+def test_unwritable_cache_is_a_warning(mlp_file, tmp_path, builds):
+    model, inputs = load_model_file(mlp_file)
+    blocker = tmp_path / "cache-is-a-file"
+    blocker.write_text("")
+    stream = io.StringIO()
+    result = build(model, inputs, arch=["sm_90"], name="mlp", out=tmp_path / "out", cache=blocker, jobs=1,
+                   model_file=mlp_file, reporter=Reporter(quiet=True, stream=stream))
+    assert "warning: cannot write the build cache" in stream.getvalue()
+    assert stream.getvalue().count("warning") == 1
+    assert sha256(result.wheel) == sha256(builds[0].wheel)
+
+
+def test_concurrent_writers_never_expose_a_partial_entry(tmp_path):
+    cache = cache_mod.Cache(tmp_path)
+    entry = {"name": "k", "arch": 90, "cubin": os.urandom(1 << 20), "ptx": "x" * 100000, "num_warps": 4}
+    key = "ab" * 32
+    errors = []
+
+    def writer():
+        for _ in range(10):
+            cache.put_kernel(key, entry)
+
+    def reader():
+        for _ in range(200):
+            got = cache_mod.Cache(tmp_path).get_kernel(key)
+            if got is not None and got != entry:
+                errors.append("partial")
+
+    threads = [threading.Thread(target=writer) for _ in range(3)] + [threading.Thread(target=reader)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert cache.get_kernel(key) == entry
+    assert [p.name for p in (tmp_path / "v1" / "kernels" / "ab").iterdir()] == [f"{key}.bin"]
+
+
+def test_kernel_key_covers_what_the_compile_sees():
+    base = dict(source="src", name="k", signature={"a": "*fp32"}, aligned=["a"], arch=90,
+                options={"num_warps": 4, "num_stages": 1})
+    key = cache_mod.kernel_key(**base)
+    for change in (dict(source="src2"), dict(name="k2"), dict(signature={"a": "*fp16"}), dict(aligned=[]),
+                   dict(arch=80), dict(options={"num_warps": 8, "num_stages": 1})):
+        assert cache_mod.kernel_key(**{**base, **change}) != key, change
+    assert cache_mod.kernel_key(**base) == key
+
+
+def test_trace_key_follows_code_and_structure_not_weight_values(tmp_path):
+    folder = tmp_path / "proj"
+    folder.mkdir()
+    (folder / "helpers.py").write_text("import torch\n\ndef act(x):\n    return torch.relu(x)\n")
+    source = ("import torch\nfrom torch import nn\nfrom helpers import act\n\nSCALE = 2.0\n\n"
+              "class M(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+              "        self.lin = nn.Linear(4, 4)\n        self.mode = 'a'\n\n"
+              "    def forward(self, x):\n        return act(self.lin(x)) * SCALE\n\n"
+              "def get_model():\n    return M()\n\ndef get_example_inputs():\n    return (torch.randn(2, 4),)\n")
+    path = folder / "model.py"
+
+    def key(text=source, helper=None, tweak=None, inputs=None):
+        path.write_text(text)
+        if helper is not None:
+            (folder / "helpers.py").write_text(helper)
+        model, example = load_model_file(path)
+        if tweak:
+            tweak(model)
+        return cache_mod.trace_key(model, inputs or example, 90, path)
+
+    base = key()
+    assert key() == base
+    assert key(tweak=lambda m: torch.nn.init.zeros_(m.lin.weight)) == base  # values: not traced
+    assert key(text=source.replace("SCALE = 2.0", "SCALE = 3.0")) != base
+    assert key(helper="import torch\n\ndef act(x):\n    return torch.tanh(x)\n") != base
+    (folder / "helpers.py").write_text("import torch\n\ndef act(x):\n    return torch.relu(x)\n")
+    assert key() == base
+    assert key(tweak=lambda m: setattr(m, "mode", "b")) != base
+    assert key(tweak=lambda m: m.lin.to(torch.float64)) != base
+    assert key(inputs=(torch.randn(3, 4),)) != base
+    assert key(tweak=lambda m: m.register_forward_hook(lambda mod, i, o: o * 2)) != base
+    model, example = load_model_file(path)
+    assert cache_mod.trace_key(model, example, 80, path) != cache_mod.trace_key(model, example, 90, path)
+
+
+def test_trace_key_sees_closures_and_refuses_what_it_cannot_read():
+    class Fn(torch.nn.Module):
+        def __init__(self, fn):
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, x):
+            return self.fn(x)
+
+    def scaled(k):
+        return Fn(lambda x: x * k)
+
+    x = (torch.randn(4),)
+    assert cache_mod.trace_key(scaled(2.0), x, 90) == cache_mod.trace_key(scaled(2.0), x, 90)
+    assert cache_mod.trace_key(scaled(2.0), x, 90) != cache_mod.trace_key(scaled(3.0), x, 90)
+    with pytest.raises(cache_mod.Uncacheable):
+        cache_mod.trace_key(Fn(threading.Lock()), x, 90)
+
+
+def test_parallel_compile_gives_the_same_wheel(mlp_file, tmp_path, builds):
+    model, inputs = load_model_file(mlp_file)
+    serial = build(model, inputs, arch=["sm_80", "sm_90"], name="mlp", out=tmp_path / "serial", cache=False, jobs=1)
+    parallel = build(model, inputs, arch=["sm_80", "sm_90"], name="mlp", out=tmp_path / "parallel", cache=False,
+                     jobs=2)
+    assert sha256(serial.wheel) == sha256(parallel.wheel)
+    assert parallel.cache["kernels_compiled"] == 2 * len(serial.variants[0].plan.combos)
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_scheduler_shares_jobs_between_workers_and_this_process(builds, method):
+    variant = builds[0].variants[0]
+    combo = variant.plan.combos[0]
+    source = variant.sources[combo.name]
+    from aotcombo import codegen
+
+    signature, aligned = codegen.combo_signature(combo)
+    jobs = [compiler.Job(f"sm_{arch}/{combo.name}", source, combo.name, tuple(signature.items()), tuple(aligned),
+                         arch, combo.num_warps) for arch in (80, 86, 89, 90)]
+    scheduler = compiler.Scheduler(cache_mod.Cache(None), 2, Reporter(quiet=True), None, method=method)
+    scheduler.start_pool()
+    scheduler._starter.join()  # the worker is up: jobs go to it from the start
+    for job in jobs:
+        scheduler.add(job)
+    handed_out = len(scheduler.futures)
+    results = scheduler.finish()
+    assert handed_out == 1 and scheduler.compiled == 4 and scheduler.pool is None
+    for job in jobs:
+        assert results[job.label].cubin == compiler.run_job(job).cubin
+
+
+def test_resource_usage_from_cuobjdump(builds):
+    binary = next(iter(builds[0].variants[0].binaries.values()))
+    usage = compiler.resource_usage(binary.cubin, binary.name)
+    assert usage["registers"] == binary.registers > 0 and usage["local"] == binary.spills == 0
+    assert compiler.resource_usage(b"not an elf", binary.name) == {}
+
+
+# --- the CLI, end to end ----------------------------------------------------------------------------
+
+
+def test_cli_warm_rebuild(mlp_file, cache_dir, tmp_path, builds):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), AOTCOMBO_CACHE_DIR=str(cache_dir))
+    run = subprocess.run([sys.executable, "-m", "aotcombo", "build", str(mlp_file), "--arch", "sm_90",
+                          "--out", str(tmp_path)], capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr
+    assert "trace for sm_90: from the build cache" in run.stderr
+    assert "1 from the build cache (" in run.stderr
+    wheel = Path(run.stdout.strip())
+    assert sha256(wheel) == sha256(builds[0].wheel)
+
+
+# --- inspect ---------------------------------------------------------------------------------------------
+
+
+def test_inspect_text(builds, capsys):
+    assert main(["inspect", str(builds[0].wheel)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("mlp 0.1.0  (wheel ")
+    assert "archs: cubins for sm_90; PTX for sm_90 and newer" in out
+    assert "launches per forward: " in out and "un-combined: " in out
+    assert "weights: 4 tensors, 12.6 kB" in out
+    assert "combo_0" in out and "regs" in out and "XBLOCK=" in out
+
+
+def test_inspect_json_folder_and_installed_package(builds, tmp_path, monkeypatch, capsys):
+    wheel = builds[0].wheel
+    assert main(["inspect", str(wheel), "--json"]) == 0
+    from_wheel = json.loads(capsys.readouterr().out)
+    assert from_wheel["archs"] == ["sm_90"] and from_wheel["stats"]["kernels"] >= 1
+    combo = from_wheel["variants"]["sm_90"]["combos"][0]
+    assert combo["registers"] > 0 and combo["sub_kernels"][0]["block"]
+
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    for target in (site / "mlp", site):
+        assert main(["inspect", str(target), "--json"]) == 0
+        info = json.loads(capsys.readouterr().out)
+        assert info["variants"] == from_wheel["variants"] and info["source"]["kind"] == "folder"
+
+    monkeypatch.syspath_prepend(str(site))
+    assert main(["inspect", "mlp", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["source"]["kind"] == "installed package" and info["variants"] == from_wheel["variants"]
+    assert "mlp" not in sys.modules  # found, never imported
+
+
+def _png_pixels(data: bytes):
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    at, chunks = 8, {}
+    while at < len(data):
+        (n,) = struct.unpack(">I", data[at: at + 4])
+        kind = data[at + 4: at + 8]
+        chunks.setdefault(kind, b"")
+        chunks[kind] += data[at + 8: at + 8 + n]
+        assert struct.unpack(">I", data[at + 8 + n: at + 12 + n])[0] == zlib.crc32(kind + data[at + 8: at + 8 + n])
+        at += 12 + n
+    width, height, depth, color = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
+    raw = zlib.decompress(chunks[b"IDAT"])
+    assert (depth, color) == (8, 2) and len(raw) == height * (1 + 3 * width)
+    return width, height, raw
+
+
+def test_inspect_png(builds, tmp_path, capsys):
+    png = tmp_path / "partition.png"
+    assert main(["inspect", str(builds[0].wheel), "--png", str(png), "-q"]) == 0
+    width, height, raw = _png_pixels(png.read_bytes())
+    assert width >= 600 and height >= 100
+    assert bytes((37, 99, 235)) in raw  # a combo kernel's border
+    assert bytes((20, 20, 20)) in raw  # text
+    assert main(["inspect", str(builds[0].wheel), "--png", str(tmp_path / "x.png"), "--arch", "sm_75"]) == 2
+
+
+def test_cache_command(builds, cache_dir, tmp_path, monkeypatch, capsys):
+    import shutil
+
+    copy = tmp_path / "cache"
+    shutil.copytree(cache_dir, copy)
+    monkeypatch.setenv("AOTCOMBO_CACHE_DIR", str(copy))
+    assert main(["cache"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == str(copy) and out[1].startswith("  kernels: ") and not out[1].startswith("  kernels: 0 ")
+    assert main(["cache", "--clear"]) == 0
+    assert "cleared" in capsys.readouterr().err
+    assert cache_mod.Cache(copy).usage() == {"kernels": {"entries": 0, "bytes": 0}, "traces": {"entries": 0, "bytes": 0}}
+
+
+def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.delenv("AOTCOMBO_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_mod.default_dir() == tmp_path / "xdg" / "aotcombo"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")
+    assert cache_mod.default_dir() == Path.home() / ".cache" / "aotcombo"
+    monkeypatch.setenv("AOTCOMBO_CACHE_DIR", str(tmp_path / "mine"))
+    assert cache_mod.default_dir() == tmp_path / "mine"
+    assert cache_mod.Cache.from_options(True).root == tmp_path / "mine"
+    monkeypatch.setenv("AOTCOMBO_NO_CACHE", "1")
+    assert not cache_mod.Cache.from_options(True).enabled
+    assert cache_mod.Cache.from_options(tmp_path / "x").enabled  # an explicit folder wins
+
+
+# --- progress ----------------------------------------------------------------------------------------------
+
+
+class _Tty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_plain_lines_when_not_a_terminal():
+    stream = io.StringIO()
+    reporter = Reporter(stream=stream)
+    with reporter.stage("compile 3 kernels"):
+        for i in range(1, 4):
+            reporter.count("compiled kernels", i, 3)
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "aotcombo: compiled kernels 3/3"
+    assert lines[1].startswith("aotcombo: compile 3 kernels (") and lines[1].endswith(" s)")
+    assert "\r" not in stream.getvalue() and "\x1b" not in stream.getvalue()
+
+
+def test_progress_on_a_terminal_rewrites_one_line():
+    stream = _Tty()
+    reporter = Reporter(stream=stream)
+    with reporter.stage("compile 2 kernels"):
+        reporter.count("compiled kernels", 1, 2)
+        reporter.count("compiled kernels", 2, 2)
+    text = stream.getvalue()
+    assert "compile 2 kernels ...\r" in text and "compiled kernels 1/2\r" in text and "\x1b[2K" in text
+    assert text.rstrip().endswith(" s)")
+
+
+def test_progress_quiet_and_verbose():
+    stream = io.StringIO()
+    quiet = Reporter(quiet=True, stream=stream)
+    with quiet.stage("x"):
+        quiet.count("y", 1, 1)
+        quiet.detail("z")
+    assert stream.getvalue() == ""
+    verbose = Reporter(verbose=True, stream=stream)
+    verbose.count("compiled kernels", 1, 2)
+    verbose.detail("more")
+    assert stream.getvalue().splitlines() == ["aotcombo: compiled kernels 1/2", "aotcombo: more"]
+
+
+def test_stage_that_fails_prints_no_timing_line():
+    stream = _Tty()
+    reporter = Reporter(stream=stream)
+    with pytest.raises(ValueError):
+        with reporter.stage("trace"):
+            raise ValueError
+    assert "(" not in stream.getvalue() and stream.getvalue().endswith("\x1b[2K")
