@@ -13,10 +13,10 @@ Triton's cache is pointed at the build's temporary folder, so what comes out
 depends only on the inputs of ``cache.kernel_key``.
 
 Parallel: ``Scheduler`` compiles cache misses in a process pool (``forkserver``
-with torch and triton preloaded; forked children of a process that has run
-Inductor are fragile) while the main process, which has everything imported
-already, takes jobs from the end of the queue; a job that no worker has
-started yet is the main process's to take.
+with torch and triton preloaded, or ``spawn`` with ``AOTCOMBO_POOL=spawn``;
+``fork`` is not offered: a child forked from a process that has run Inductor
+deadlocked on a lock it inherited) while the main process, which has
+everything imported already, takes jobs from the other end of the queue.
 """
 
 from __future__ import annotations
@@ -389,12 +389,12 @@ class Scheduler:
     """Compile jobs through the cache, a process pool and the main process.
 
     ``parallel`` is the number of kernels compiled at once, the main process
-    included (1: no pool). ``start_pool()`` may be called early (before the
-    first trace) so that workers import torch and triton while the main process
-    traces; ``add()`` hands a job to a worker as soon as its arch is planned and
-    a worker is up. ``finish()`` has the main process compile from the back of
-    the queue while the workers take from the front, so a pool that is slow to
-    start never holds the build up."""
+    included (1: no pool). After each arch is planned, ``plan_pool()`` starts
+    workers if the compiles ahead are worth it (they start while the next arch
+    is traced); ``add()`` hands a job to a worker as soon as one is up and idle.
+    ``finish()`` has the main process compile from the back of the queue (short
+    jobs) while workers take from the front (long ones), so a pool that is slow
+    to start never holds the build up."""
 
     def __init__(self, cache, parallel: int, reporter, triton_cache_dir: str | None,
                  method: str | None = None, max_workers: int = 8):

@@ -100,6 +100,6 @@ def test_project_wheel_ships_templates_and_runtime(tmp_path):
                    check=True, capture_output=True)
     (built,) = tmp_path.glob("aotcombo-*.whl")
     names = zipfile.ZipFile(built).namelist()
-    for template in ("combo_kernel.py.j2", "program.py.j2", "package_init.py.j2", "package_pyproject.toml.j2"):
+    for template in ("combo_kernel.py.j2", "program.py.j2", "package_init.py.j2"):
         assert f"aotcombo/templates/{template}" in names
     assert "aotcombo/runtime/package.py" in names
