@@ -14,15 +14,21 @@ __version__ = "0.1.0"
 __all__ = ["build", "build_package", "inspect", "BuildResult", "BuildError", "__version__"]
 
 
+def build(model, example_inputs, *, arch=("sm_80", "sm_90"), name="model", out="dist", **options):
+    """Build a wheel of ``model`` for ``example_inputs``' shapes; returns the wheel's path.
+
+    Options are ``pipeline.build_package``'s: dispatch, version, cache, jobs, reporter."""
+    from .pipeline import build_package
+
+    return build_package(model, example_inputs, arch=arch, name=name, out=out, **options).wheel
+
+
 def __getattr__(name):
     # Lazy: ``import aotcombo`` must not import torch.
     import importlib
 
-    if name == "build":
-        return importlib.import_module(".build", __name__)  # a callable module: returns the wheel's path
     if name in ("build_package", "BuildResult"):
-        module = importlib.import_module(".build", __name__)
-        return module.build if name == "build_package" else module.BuildResult
+        return getattr(importlib.import_module(".pipeline", __name__), name)
     if name == "inspect":
         return importlib.import_module(".inspection", __name__).inspect_package
     if name == "BuildError":

@@ -116,9 +116,9 @@ REQUIREMENTS = {"torch": "torch==2.14.*", "triton": "triton==3.8.*", "jinja2": "
 def _build_modules():
     """The build's modules; a build dependency that is missing is an environment error."""
     try:
-        from . import build, modelfile, package
+        from . import modelfile, package, pipeline
 
-        return build, modelfile, package
+        return pipeline, modelfile, package
     except ImportError as exc:
         from .errors import EnvironmentError_
 
@@ -133,7 +133,7 @@ def _build_modules():
 
 def _build(args, reporter) -> int:
     build_mod, modelfile, package = _build_modules()
-    build, check_environment, parse_archs = build_mod.build, build_mod.check_environment, build_mod.parse_archs
+    build, check_environment, parse_archs = build_mod.build_package, build_mod.check_environment, build_mod.parse_archs
     load_model_file, run_eager = modelfile.load_model_file, modelfile.run_eager
     check_name, check_out_dir, check_version = package.check_name, package.check_out_dir, package.check_version
 

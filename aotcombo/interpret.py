@@ -142,7 +142,7 @@ def run(program: str, combos: Sequence[tuple[str, str, int]], weights: Sequence[
 
 
 def run_variant(result, variant_index: int = 0, inputs: Sequence[torch.Tensor] = ()):
-    """Run one variant of a ``build.BuildResult`` under the interpreter."""
+    """Run one variant of a ``pipeline.BuildResult`` under the interpreter."""
     variant = result.variants[variant_index]
     combos = [(c.name, variant.sources[c.name], c.grid) for c in variant.plan.combos]
     return run(variant.program, combos, result.weights, inputs)

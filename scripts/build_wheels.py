@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from aotcombo.build import build  # noqa: E402
+from aotcombo.pipeline import build_package as build  # noqa: E402
 from aotcombo.modelfile import load_model_file  # noqa: E402
 
 SAMPLES = ("branches", "transformer_block", "adam_step", "conv_block")

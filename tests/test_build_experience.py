@@ -24,7 +24,7 @@ import torch
 import aotcombo
 from aotcombo import cache as cache_mod
 from aotcombo import compiler
-from aotcombo.build import BuildResult, build
+from aotcombo.pipeline import BuildResult, build_package as build
 from aotcombo.cli import main
 from aotcombo.modelfile import load_model_file
 from aotcombo.progress import Reporter

@@ -6,7 +6,7 @@ import torch
 from torch.utils import _pytree
 
 from aotcombo import interpret
-from aotcombo.build import build
+from aotcombo.pipeline import build_package as build
 from aotcombo.errors import UnsupportedModelError
 
 import coverage_models

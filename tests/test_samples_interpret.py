@@ -13,7 +13,7 @@ import torch
 from torch.utils import _pytree
 
 from aotcombo import interpret
-from aotcombo.build import build
+from aotcombo.pipeline import build_package as build
 
 ROOT = Path(__file__).resolve().parents[1]
 

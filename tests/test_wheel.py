@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from aotcombo.build import build
+from aotcombo.pipeline import build_package as build
 
 ROOT = Path(__file__).resolve().parents[1]
 # What `import torch` needs at run time besides torch itself.

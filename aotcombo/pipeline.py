@@ -1,13 +1,9 @@
 """The build pipeline: trace -> plan -> codegen -> compile -> package.
 
-``build(model, example_inputs, ...)`` returns a ``BuildResult`` (the wheel's
-path, every variant's plan, sources and binaries, the weights, timings and
-cache statistics). The module itself is callable as the short form that
-returns just the wheel's path, so ``aotcombo.build(model, inputs, ...)`` and
-``from aotcombo.build import build`` both work:
-
-    import aotcombo
-    wheel = aotcombo.build(model, inputs, arch=["sm_80", "sm_90"], name="mymodel", out="dist")
+``build_package(model, example_inputs, ...)`` returns a ``BuildResult`` (the
+wheel's path, every variant's plan, sources and binaries, the weights, timings
+and cache statistics); ``aotcombo.build(...)`` is the short form that returns
+the wheel's path.
 
 Each stage is its own module; this one wires them together, per target arch,
 through the build cache (``cache.py``), and writes the manifest the runtime
@@ -20,7 +16,6 @@ import operator
 import sys
 import tempfile
 import time
-import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -351,7 +346,7 @@ def _triton_version() -> str:
 # --- the pipeline -------------------------------------------------------------------------
 
 
-def build(
+def build_package(
     model: torch.nn.Module,
     example_inputs: Sequence[torch.Tensor],
     *,
@@ -450,27 +445,3 @@ def build(
     reporter.line(f"wrote {wheel}")
     return BuildResult(wheel=wheel, variants=variants, weights=weight_tensors, timings=timings,
                        manifest=manifest, cache=stats)
-
-
-def build_wheel_path(model, example_inputs, **options) -> Path:
-    """``build(...)``, returning only the wheel's path."""
-    return build(model, example_inputs, **options).wheel
-
-
-class _CallableModule(types.ModuleType):
-    """``aotcombo.build`` is this module; calling it builds and returns the wheel's path."""
-
-    def __call__(
-        self,
-        model: torch.nn.Module,
-        example_inputs: Sequence[torch.Tensor],
-        *,
-        arch: Sequence[str | int] | str = DEFAULT_ARCHS,
-        name: str = "model",
-        out: str | Path = "dist",
-        **options,
-    ) -> Path:
-        return build(model, example_inputs, arch=arch, name=name, out=out, **options).wheel
-
-
-sys.modules[__name__].__class__ = _CallableModule
