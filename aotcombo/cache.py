@@ -405,8 +405,9 @@ def _torch_state() -> list:
         pass
     # A config module that is not imported yet has its defaults (and the
     # environment, above); importing Inductor's just to read it costs 1 s.
-    for name in ("torch._inductor.config", "torch._dynamo.config", "torch._functorch.config",
-                 "torch.fx.experimental._config", "torch._export.config"):
+    from .inductor_bridge import TRACE_CONFIG_MODULES
+
+    for name in TRACE_CONFIG_MODULES:
         module = sys.modules.get(name)
         if module is not None:
             changed = _config_changes(module, name)

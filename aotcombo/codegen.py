@@ -17,6 +17,7 @@ import jinja2
 from . import __version__
 from . import graph as g
 from .errors import UnsupportedModelError
+from .inductor_bridge import KERNEL_PRELUDE
 from .plan import Combo, ComboLaunch, Plan, SubKernel
 
 _PROGRAM_ID = re.compile(r"tl\.program_id\((\d)\)")
@@ -117,7 +118,14 @@ def _dispatch(combo: Combo) -> list[dict]:
 
 def render_combo(combo: Combo) -> str:
     helpers = list(dict.fromkeys(helper_source(s) for s in combo.subs))
-    return render("combo_kernel.py.j2", combo=combo, helpers=helpers, params=combo.params, subs=_dispatch(combo))
+    return render(
+        "combo_kernel.py.j2",
+        combo=combo,
+        helpers=helpers,
+        params=combo.params,
+        subs=_dispatch(combo),
+        prelude=KERNEL_PRELUDE,
+    )
 
 
 def combo_signature(combo: Combo) -> tuple[dict[str, str], list[str]]:

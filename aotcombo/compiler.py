@@ -334,7 +334,11 @@ def _warm_up() -> int:
     """Import what every job needs (a worker's first task, while the main process traces)."""
     import triton  # noqa: F401
     import triton.compiler  # noqa: F401
-    from torch._inductor.runtime import triton_helpers  # noqa: F401
+    import importlib
+
+    from .inductor_bridge import KERNEL_RUNTIME_MODULE
+
+    importlib.import_module(KERNEL_RUNTIME_MODULE)
 
     _cuobjdump()
     return os.getpid()
@@ -432,7 +436,9 @@ class Scheduler:
         try:
             ctx = multiprocessing.get_context(self.method)
             if self.method == "forkserver":
-                ctx.set_forkserver_preload(["aotcombo.compiler", "triton", "torch._inductor.runtime.triton_helpers"])
+                from .inductor_bridge import KERNEL_RUNTIME_MODULE
+
+                ctx.set_forkserver_preload(["aotcombo.compiler", "triton", KERNEL_RUNTIME_MODULE])
             self.pool = concurrent.futures.ProcessPoolExecutor(
                 max_workers=self.workers, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),)
             )

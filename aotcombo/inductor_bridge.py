@@ -32,6 +32,22 @@ from .errors import UnsupportedModelError
 
 SUPPORTED_TORCH = "2.14"
 
+# What Inductor's kernel sources import: the combo-kernel modules start with
+# these lines, and compile workers preload the module.
+KERNEL_RUNTIME_MODULE = "torch._inductor.runtime.triton_helpers"
+KERNEL_PRELUDE = (
+    "from torch._inductor.runtime import triton_helpers",
+    "from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math",
+)
+# Config modules whose settings change what a trace produces (the trace cache keys on them).
+TRACE_CONFIG_MODULES = (
+    "torch._inductor.config",
+    "torch._dynamo.config",
+    "torch._functorch.config",
+    "torch.fx.experimental._config",
+    "torch._export.config",
+)
+
 
 # --- the virtual GPU ------------------------------------------------------------
 
