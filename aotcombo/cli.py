@@ -168,9 +168,15 @@ def _build(args, reporter) -> int:
     )
     s = result.summary()
     c = result.cache
+
+    def count(n: int, one: str, many: str) -> str:
+        return f"{n} {one if n == 1 else many}"
+
     reporter.line(
-        f"{name}: {s['kernels']} kernels in {s['combos']} combo launches + {s['extern_calls']} extern calls "
-        f"= {s['launches_per_forward']} launches per forward"
+        f"{name}: {count(s['kernels'], 'kernel', 'kernels')} in "
+        f"{count(s['combos'], 'combo launch', 'combo launches')} + "
+        f"{count(s['extern_calls'], 'extern call', 'extern calls')} = "
+        f"{count(s['launches_per_forward'], 'launch', 'launches')} per forward"
     )
     if c["enabled"]:
         reporter.detail(f"build cache {c['dir']}: traces {c['traces_cached']}/{c['traces']} cached, kernels "

@@ -27,17 +27,11 @@ _AXES = ("pid_x", "pid_y", "pid_z")
 
 
 def templates_dir() -> Path:
-    """Templates ship as package data (``aotcombo.templates``); in a source
-    checkout they are the top-level ``templates/`` folder."""
-    try:
-        from importlib.resources import files
-
-        found = files("aotcombo.templates")
-        if found.joinpath("combo_kernel.py.j2").is_file():
-            return Path(str(found))
-    except ModuleNotFoundError:
-        pass
-    return Path(__file__).resolve().parent.parent / "templates"
+    """Installed, the templates ship inside the package (``aotcombo/templates``);
+    in a source checkout they are the top-level ``templates/`` folder."""
+    here = Path(__file__).resolve().parent
+    installed = here / "templates"
+    return installed if (installed / "combo_kernel.py.j2").is_file() else here.parent / "templates"
 
 
 @functools.cache

@@ -1,6 +1,7 @@
 """Rendering from the Jinja templates: combo kernels and the package program."""
 
 import ast
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +86,24 @@ def test_argument_expressions(value, text):
 def test_templates_are_found_outside_the_source_tree(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert (codegen.templates_dir() / "combo_kernel.py.j2").is_file()
+
+
+def test_installed_copy_finds_its_templates(tmp_path):
+    """`pip install .` (not editable): the installed aotcombo renders from any folder."""
+    import os
+    import subprocess
+    import sys
+
+    probe = (
+        "import aotcombo.codegen as c, sys; "
+        "print(c.__file__); print(c.templates_dir()); print(len(c.render('program.py.j2', name='x', version='0', "
+        "n_launches=0, n_externs=0, inputs=['a'], weights=[], body=[], result='a')))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
+    if "No module named 'aotcombo'" in run.stderr:
+        pytest.skip("aotcombo is not installed in this environment (only importable from the source tree)")
+    assert run.returncode == 0, run.stderr
+    module_file, templates, rendered = run.stdout.split()
+    assert (Path(templates) / "combo_kernel.py.j2").is_file()
+    assert int(rendered) > 0
