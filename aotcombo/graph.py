@@ -72,10 +72,6 @@ class Kernel:
         return any(k.startswith("r") for k, _ in self.numels)
 
     @property
-    def pointer_params(self) -> list[str]:
-        return [p for p, t in self.signature if t.startswith("*")]
-
-    @property
     def block_params(self) -> list[str]:
         """Constexpr params the launch config sets (not given by the call)."""
         named = {p for p, _ in self.constants}

@@ -55,11 +55,9 @@ def cpu_stand_ins():
         empty = torch.empty(0, dtype=torch.int64)
         return out, lse, empty, empty
 
-    registered = []
     for name, fn in (("_scaled_dot_product_flash_attention", flash), ("_scaled_dot_product_efficient_attention", efficient)):
         try:
             lib.impl(name, fn, "CPU")
-            registered.append(name)
         except RuntimeError:
             pass  # a CPU kernel exists already
     try:

@@ -27,7 +27,6 @@ import sys
 import tempfile
 import time
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__
@@ -43,19 +42,6 @@ COMPRESSLEVEL = 6
 # Weights of a trained model hardly compress (random mantissas), and they are
 # most of a wheel: a fast level keeps most of the gain at a fraction of the time.
 WEIGHTS_COMPRESSLEVEL = 1
-
-
-@dataclass(frozen=True)
-class KernelEntry:
-    name: str
-    image: str  # path inside the package
-    function: str
-    grid: tuple[int, int, int]
-    num_warps: int
-    shared: int
-    params: tuple[str, ...]
-    global_scratch: tuple[int, int]
-    profile_scratch: tuple[int, int]
 
 
 def check_name(name: str) -> str:
