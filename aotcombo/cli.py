@@ -69,6 +69,21 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--model-fn", default="get_model", help="function returning the model (default: %(default)s)")
     build.add_argument("--inputs-fn", default="get_example_inputs",
                        help="function returning the example inputs (default: %(default)s)")
+    shapes = build.add_mutually_exclusive_group()
+    shapes.add_argument(
+        "--batch", metavar="SIZES",
+        help="build one specialization (bucket) per batch size, e.g. 1,2,4,8; a call picks the bucket of its "
+        "inputs' dim 0. Example inputs per size come from get_example_inputs(batch=N) when it takes batch, "
+        "else the default ones cut or tiled along dim 0",
+    )
+    shapes.add_argument(
+        "--dynamic", metavar="batch=MIN:MAX",
+        help="compile once with a symbolic batch (dim 0 of the batched inputs) valid from MIN to MAX; grids "
+        "are computed per call from the batch size",
+    )
+    build.add_argument("--pad", action="store_true",
+                       help="with --batch: run a size between buckets in the next larger one, padded with zero rows "
+                       "(the build checks on the CPU that padding leaves each row's outputs unchanged)")
     build.add_argument("--no-cache", action="store_true",
                        help="do not read or write the build cache (see below)")
     build.add_argument("-j", "--jobs", type=int, metavar="N",
@@ -131,6 +146,20 @@ def _build_modules():
         ) from exc
 
 
+def _shape_options(args) -> dict:
+    """build_package's shape options from --batch, --dynamic and --pad, checked before any model load."""
+    from . import shapes
+    from .errors import UsageError
+
+    if args.pad and not args.batch:
+        raise UsageError("--pad needs --batch", fix="pass --batch with the bucket sizes, e.g. --batch 1,2,4,8 --pad")
+    if args.batch:
+        return {"batch": shapes.parse_batch(args.batch), "pad": args.pad}
+    if args.dynamic:
+        return {"dynamic": shapes.parse_dynamic(args.dynamic)}
+    return {}
+
+
 def _build(args, reporter) -> int:
     build_mod, modelfile, package = _build_modules()
     build, check_environment, parse_archs = build_mod.build_package, build_mod.check_environment, build_mod.parse_archs
@@ -150,9 +179,12 @@ def _build(args, reporter) -> int:
         from .errors import UsageError
 
         raise UsageError(f"--jobs {args.jobs}: need at least 1", fix="pass --jobs 1 to compile in this process only")
+    shape_options = _shape_options(args)
     with reporter.stage(f"load {path}", timing_key="load"):
         model, inputs = load_model_file(path, args.model_fn, args.inputs_fn)
         run_eager(model, inputs, path=path)
+        if args.batch or args.dynamic:
+            shape_options["make_inputs"] = modelfile.batch_inputs_function(path, args.inputs_fn)
     result = build(
         model,
         inputs,
@@ -165,6 +197,7 @@ def _build(args, reporter) -> int:
         cache=not args.no_cache,
         jobs=args.jobs,
         model_file=path,
+        **shape_options,
     )
     s = result.summary()
     c = result.cache

@@ -67,6 +67,27 @@ def load_model_file(
     return model, inputs
 
 
+def batch_inputs_function(path: str | Path, inputs_fn: str = "get_example_inputs"):
+    """``make(batch)`` -> the example inputs at that batch size, when ``inputs_fn`` of the
+    model file takes a ``batch`` argument; None when it does not (see ``aotcombo.shapes``)."""
+    shown, path = str(path), Path(path).resolve()
+    with _model_file_context(path) as module:
+        _exec_module(module, path, shown)
+        make_inputs = _get_function(module, inputs_fn, path, shown)
+    try:
+        parameters = inspect.signature(make_inputs).parameters
+    except (TypeError, ValueError):
+        return None
+    if "batch" not in parameters and not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        return None
+
+    def make(batch: int) -> tuple[torch.Tensor, ...]:
+        name = f"{inputs_fn}(batch={batch})"
+        return _normalize_inputs(_call(lambda: make_inputs(batch=batch), name, path, shown), name, shown)
+
+    return make
+
+
 def run_eager(model: nn.Module, inputs: tuple[torch.Tensor, ...], path: str | Path | None = None) -> Any:
     """Run ``model(*inputs)`` under ``torch.no_grad()``; return its outputs.
 

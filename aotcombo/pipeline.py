@@ -24,7 +24,7 @@ import torch
 
 from . import __version__
 from . import codegen, compiler, graph as g, plan as plan_mod
-from .errors import EnvironmentError_, UsageError
+from .errors import EnvironmentError_, UnsupportedModelError, UsageError
 from .progress import Reporter
 
 DEFAULT_ARCHS = ("sm_80", "sm_90")
@@ -40,6 +40,7 @@ class Variant:
     sources: dict[str, str]  # combo name -> rendered module
     binaries: dict[str, compiler.Binary] = field(default_factory=dict)
     trace_cached: bool = False
+    batch: int | None = None  # the bucket's batch size (bucketed builds)
 
 
 @dataclass
@@ -175,24 +176,24 @@ def _trace_keys(model, inputs, archs, cache, model_file, reporter) -> dict:
         return {a: None for a in archs}
 
 
-def _trace(model, inputs, arch, cache, key, reporter) -> tuple:
-    """``(graph, weights, structure, cached)`` for ``sm_{arch}``."""
+def _trace(model, inputs, arch, cache, key, reporter, where: str) -> tuple:
+    """``(graph, weights, structure, cached)`` for ``sm_{arch}`` (``where`` names it in messages)."""
     if key is not None:
         entry = cache.get_trace(key)
         if entry is not None:
             graph, structure = entry["graph"], entry["structure"]
             weights = _weights_of(model, graph, entry.get("constants") or {})
             if graph.arch == arch and weights is not None and _fits(graph, inputs, weights):
-                reporter.line(f"trace for sm_{arch}: from the build cache")
+                reporter.line(f"trace for {where}: from the build cache")
                 return graph, weights, structure, True
-            reporter.detail(f"sm_{arch}: the cached trace does not fit the model; tracing again")
+            reporter.detail(f"{where}: the cached trace does not fit the model; tracing again")
     from . import inductor_bridge
 
-    with reporter.stage(f"trace for sm_{arch}", timing_key="trace"):
+    with reporter.stage(f"trace for {where}", timing_key="trace"):
         graph, weights, structure = inductor_bridge.trace(model, inputs, arch)
     entry = {"graph": graph, "structure": structure, "constants": _lifted_constants(model, weights)}
     if key is not None and not cache.put_trace(key, entry):
-        reporter.detail(f"sm_{arch}: the trace holds values the build cache does not store; not cached")
+        reporter.detail(f"{where}: the trace holds values the build cache does not store; not cached")
     return graph, weights, structure, False
 
 
@@ -274,42 +275,60 @@ def _program_module(text: str) -> str:
     return "program_" + hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def _manifest(name, version, archs, variants, weight_tensors, weights_file_bytes) -> tuple[dict, dict, dict, dict]:
-    ptx_variant = variants[0]
-    programs: dict[str, str] = {}
-    images: dict[str, bytes] = {}
-    sources: dict[str, str] = {}
-    manifest_variants = {}
+class _Files:
+    """The package's programs, kernel images and kernel sources, each stored once by content:
+    buckets whose kernels compile to the same bytes share one file."""
+
+    def __init__(self):
+        self.programs: dict[str, str] = {}
+        self.images: dict[str, bytes] = {}
+        self.sources: dict[str, str] = {}
+        self._image_paths: dict[bytes, str] = {}
+
+    def image(self, path: str, data: bytes) -> str:
+        import hashlib
+
+        digest = hashlib.sha256(data).digest()
+        if digest not in self._image_paths:
+            self._image_paths[digest] = path
+            self.images[path] = data
+        return self._image_paths[digest]
+
+    def program(self, text: str) -> str:
+        module = _program_module(text)
+        self.programs[module] = text
+        return module
+
+
+def _shape_entry(variants: list[Variant], files: _Files, prefix: str = "") -> dict:
+    """The manifest's description of one input shape: its inputs and its variants (one per
+    cubin arch, and the PTX of the lowest)."""
+    entry_variants = {}
     for v in variants:
-        module = _program_module(v.program)
-        programs[module] = v.program
         key = f"sm_{v.arch}"
+        paths = {}
         for c in v.plan.combos:
-            images[f"kernels/{key}/{c.name}.cubin"] = v.binaries[c.name].cubin
-            sources[f"kernels/{key}/{c.name}.py"] = v.sources[c.name]
-        manifest_variants[key] = {
-            "program": module,
-            "kernels": _kernel_entries(v, lambda n, key=key: f"kernels/{key}/{n}.cubin"),
+            paths[c.name] = files.image(f"kernels/{key}/{prefix}{c.name}.cubin", v.binaries[c.name].cubin)
+            files.sources[f"kernels/{key}/{prefix}{c.name}.py"] = v.sources[c.name]
+        entry_variants[key] = {
+            "program": files.program(v.program),
+            "kernels": _kernel_entries(v, paths.__getitem__),
             "schedule": _schedule(v),
             "stats": _stats(v.plan),
         }
-    for c in ptx_variant.plan.combos:
-        images[f"kernels/ptx/{c.name}.ptx"] = ptx_variant.binaries[c.name].ptx.encode()
-    manifest_variants["ptx"] = {
-        "program": _program_module(ptx_variant.program),
-        "kernels": _kernel_entries(ptx_variant, lambda n: f"kernels/ptx/{n}.ptx"),
+    ptx_variant = variants[0]
+    paths = {c.name: files.image(f"kernels/ptx/{prefix}{c.name}.ptx", ptx_variant.binaries[c.name].ptx.encode())
+             for c in ptx_variant.plan.combos}
+    entry_variants["ptx"] = {
+        "program": files.program(ptx_variant.program),
+        "kernels": _kernel_entries(ptx_variant, paths.__getitem__),
         "schedule": _schedule(ptx_variant),
         "stats": _stats(ptx_variant.plan),
     }
     graph = ptx_variant.plan.graph
     user_inputs = sorted((i for i in graph.inputs if i.kind == "user"), key=lambda i: i.key)
-    manifest = {
-        "format": 1,
-        "name": name,
-        "version": version,
-        "versions": {"aotcombo": __version__, "torch": torch.__version__, "triton": _triton_version()},
-        "archs": archs,
-        "ptx_arch": ptx_variant.arch,
+    mutated = {name for name, _ in graph.mutations}
+    return {
         "inputs": [
             {
                 "name": i.name,
@@ -317,21 +336,49 @@ def _manifest(name, version, archs, variants, weight_tensors, weights_file_bytes
                 "stride": list(i.spec.stride),
                 "dtype": i.spec.dtype,
                 "align": 16,
-                "mutated": i.name in {name for name, _ in graph.mutations},
+                "mutated": i.name in mutated,
             }
             for i in user_inputs
         ],
+        "variants": entry_variants,
+        "stats": _stats(ptx_variant.plan),
+    }
+
+
+def _manifest(name, version, archs, variants, weight_tensors, weights_file_bytes,
+              batch: dict | None = None) -> tuple[dict, dict, dict, dict]:
+    """The manifest and the package's files. ``batch`` (bucketed builds): the batched inputs
+    and outputs and the padding choice; each bucket gets its entry under ``buckets`` and the
+    largest is also described at the top level (what ``inspect`` shows)."""
+    files = _Files()
+    by_batch: dict = {}
+    for v in variants:
+        by_batch.setdefault(v.batch, []).append(v)
+    entries = {b: _shape_entry(vs, files, prefix=f"b{b}_" if b is not None else "") for b, vs in by_batch.items()}
+    top = max(entries, key=lambda b: b or 0)
+    ptx_variant = by_batch[top][0]
+    manifest = {
+        "format": 1,
+        "name": name,
+        "version": version,
+        "versions": {"aotcombo": __version__, "torch": torch.__version__, "triton": _triton_version()},
+        "archs": archs,
+        "ptx_arch": ptx_variant.arch,
+        "inputs": entries[top]["inputs"],
         "weights": "weights.pt",
         "extern_ops": sorted({op.op for v in variants for op in v.plan.ops if hasattr(op, "op")}),
         "stats": {
-            **_stats(ptx_variant.plan),
+            **entries[top]["stats"],
             "weight_tensors": len(weight_tensors),
             "weights_bytes": sum(w.numel() * w.element_size() for w in weight_tensors),
             "weights_file_bytes": weights_file_bytes,
         },
-        "variants": manifest_variants,
+        "variants": entries[top]["variants"],
     }
-    return manifest, programs, images, sources
+    if batch is not None:
+        manifest["batch"] = {**batch, "sizes": sorted(entries)}
+        manifest["buckets"] = {str(b): entry for b, entry in sorted(entries.items())}
+    return manifest, files.programs, files.images, files.sources
 
 
 def _triton_version() -> str:
@@ -344,6 +391,39 @@ def _triton_version() -> str:
 
 
 # --- the pipeline -------------------------------------------------------------------------
+
+
+def _job_label(variant: Variant, combo: str) -> str:
+    return f"sm_{variant.arch}/{combo}" if variant.batch is None else f"batch{variant.batch}/sm_{variant.arch}/{combo}"
+
+
+def _flat_eager(model):
+    """``run(inputs)``: the model's outputs in eager mode on the CPU, as a flat list of tensors."""
+
+    def run(inputs):
+        with torch.no_grad():
+            out = model(*inputs)
+        return [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+
+    return run
+
+
+def _shapes(model, inputs, batch, pad, make_inputs, reporter) -> tuple[dict, dict | None]:
+    """The input shapes to build, ``{batch size or None: example inputs}``, and the
+    manifest's ``batch`` entry (None for a single-shape build)."""
+    from . import shapes
+
+    if batch is None:
+        if pad:
+            raise UsageError("--pad needs --batch", fix="pass --batch with the bucket sizes, e.g. --batch 1,2,4,8")
+        return {None: inputs}, None
+    sizes = shapes.parse_batch(batch)
+    by_size, batched = shapes.example_inputs_by_size(inputs, sizes, make_inputs)
+    outputs: list[int] = []
+    if pad:
+        with reporter.stage("check that padding the batch keeps each row's outputs", timing_key="load"):
+            outputs = shapes.check_padding(_flat_eager(model), by_size, batched)
+    return by_size, {"dim": 0, "inputs": batched, "outputs": outputs, "pad": bool(pad)}
 
 
 def build_package(
@@ -359,6 +439,9 @@ def build_package(
     cache: bool | str | Path | None = True,
     jobs: int | None = None,
     model_file: str | Path | None = None,
+    batch: Sequence[int] | str | None = None,
+    pad: bool = False,
+    make_inputs=None,
 ) -> BuildResult:
     """Build an installable wheel of ``model`` for ``example_inputs``' shapes.
 
@@ -366,7 +449,9 @@ def build_package(
     neither reads nor writes it, a path uses that folder. ``jobs``: kernels
     compiled at once (default: the CPUs this process may use; 1: no worker
     processes). ``model_file``: the file the model came from, part of the trace
-    cache key."""
+    cache key. ``batch``: batch sizes to build a bucket each for (see ``aotcombo.shapes``);
+    ``make_inputs(batch)`` makes the example inputs of a size (default: cut or tiled from
+    ``example_inputs``); ``pad``: run sizes between buckets padded to the next one."""
     from .cache import Cache
     from .package import check_name, check_out_dir, check_version, package_files, save_weights, write_wheel
 
@@ -386,35 +471,46 @@ def build_package(
     inputs = tuple(example_inputs)
     parallel = jobs or compiler.default_jobs()
 
+    shapes, batch_info = _shapes(model, inputs, batch, pad, make_inputs, reporter)
     variants: list[Variant] = []
     weights = None
-    keys = _trace_keys(model, inputs, archs, cache, model_file, reporter)
+    keys = {b: _trace_keys(model, shape_inputs, archs, cache, model_file, reporter)
+            for b, shape_inputs in shapes.items()}
+    steps = [(b, a) for b in shapes for a in archs]
     with tempfile.TemporaryDirectory(prefix="aotcombo-build-") as tmp:
         scheduler = compiler.Scheduler(cache, parallel, reporter, triton_cache_dir=str(Path(tmp) / "triton"))
         try:
-            for index, a in enumerate(archs):
-                graph, weights, structure, cached = _trace(model, inputs, a, cache, keys[a], reporter)
+            for index, (b, a) in enumerate(steps):
+                where = f"sm_{a}" if b is None else f"batch {b}, sm_{a}"
+                graph, shape_weights, structure, cached = _trace(model, shapes[b], a, cache, keys[b][a], reporter,
+                                                                 where)
+                if weights is not None and list(shape_weights) != list(weights):
+                    raise UnsupportedModelError(f"{where}: the traced graph takes other weights than batch "
+                                                f"{variants[0].batch}'s", fix="build each batch size apart")
+                weights = shape_weights
                 plan = plan_mod.make_plan(graph, dispatch=dispatch)
                 reporter.detail(
-                    f"sm_{a}: {plan.kernel_launches} kernels -> {len(plan.combos)} combo launches, "
+                    f"{where}: {plan.kernel_launches} kernels -> {len(plan.combos)} combo launches, "
                     f"{plan.extern_calls} extern calls"
                 )
                 sources = {c.name: codegen.render_combo(c) for c in plan.combos}
                 program = codegen.render_program(plan, structure, name)
-                variant = Variant(a, plan, program, sources, trace_cached=cached)
+                variant = Variant(a, plan, program, sources, trace_cached=cached, batch=b)
                 variants.append(variant)
                 for combo in plan.combos:
                     signature, aligned = codegen.combo_signature(combo)
                     scheduler.add(compiler.Job(
-                        f"sm_{a}/{combo.name}", sources[combo.name], combo.name, tuple(signature.items()),
+                        _job_label(variant, combo.name), sources[combo.name], combo.name, tuple(signature.items()),
                         tuple(aligned), a, combo.num_warps,
                     ))
                 # Workers, if the compiles ahead are worth them: they start while the
-                # next arch is traced, and take this arch's kernels meanwhile.
-                scheduler.plan_pool(archs_left=len(archs) - index - 1)
+                # next shape or arch is traced, and take this one's kernels meanwhile.
+                scheduler.plan_pool(archs_left=len(steps) - index - 1)
             total = sum(len(v.plan.combos) for v in variants)
             misses = scheduler.total
             what = f"{total} kernels for {', '.join(f'sm_{a}' for a in archs)}"
+            if len(shapes) > 1:
+                what += f" x {len(shapes)} batch sizes"
             if misses < total:
                 what += f", {total - misses} from the build cache"
             with reporter.stage(f"compile {what}", timing_key="compile"):
@@ -423,13 +519,13 @@ def build_package(
             scheduler.close(kill=True)
 
     for v in variants:
-        v.binaries = {c.name: binaries[f"sm_{v.arch}/{c.name}"] for c in v.plan.combos}
+        v.binaries = {c.name: binaries[_job_label(v, c.name)] for c in v.plan.combos}
     graph = variants[0].plan.graph
     weight_tensors = [weights[i.key] for i in graph.inputs if i.kind == "weight"]
     with reporter.stage("package wheel", timing_key="package"):
         weights_file = save_weights(weight_tensors)
         manifest, programs, images, sources = _manifest(name, version, archs, variants, weight_tensors,
-                                                        len(weights_file))
+                                                        len(weights_file), batch_info)
         files = package_files(name, manifest, programs, images, sources, weights_file)
         wheel = write_wheel(out, name, version, files)
     stats = {

@@ -23,6 +23,7 @@ from typing import NamedTuple
 import torch
 
 from . import cuda
+from .buckets import BucketedModel
 from .graphs import GraphModel, _raw_stream
 from .inputs import allocate, input_specs, make_guard
 
@@ -78,6 +79,14 @@ class Loaded(NamedTuple):
     weights: list
     specs: list
     mutated: tuple  # positions of inputs the model updates in place
+
+
+class _Device(NamedTuple):
+    device: torch.device
+    variant: str
+    context: int
+    weights: list
+    modules: dict  # image path -> CUmodule
 
 
 class Model:
@@ -145,7 +154,7 @@ class Package:
 
     def __init__(self, pkg_dir, import_name: str | None = None):
         self.dir, self._import_name = os.fspath(pkg_dir), import_name
-        self._manifest, self._loaded, self._lock = None, {}, threading.Lock()
+        self._manifest, self._loaded, self._devices, self._lock = None, {}, {}, threading.Lock()
 
     @property
     def manifest(self) -> dict:
@@ -159,21 +168,31 @@ class Package:
         return self._manifest
 
     def load(self, device="cuda", *, graphs: bool | None = None, copy_outputs: bool = True,
-             check_inputs: bool = True) -> Model | GraphModel:
+             check_inputs: bool = True) -> Model | GraphModel | BucketedModel:
         """Load the model on ``device`` ("cuda" for the current one, or "cuda:N").
 
         Kernels and weights load once per device. ``graphs``: capture the forward in a CUDA
         graph now and replay it per call (default: when the shapes are static, falling back
         to op by op, with a warning, if the capture fails). ``copy_outputs=False`` (graph
         mode): return the graph's own output tensors, valid until the next call.
-        ``check_inputs=False``: skip the per-call input guards.
+        ``check_inputs=False``: skip the per-call input guards. A package built for several
+        batch sizes returns a ``BucketedModel``, which loads each bucket at its first call.
         """
         capture = check_options(self.manifest, graphs, copy_outputs, check_inputs)
         index = _device_index(device)
+        batch = self.manifest.get("batch")
+        if batch is not None and "sizes" in batch:
+            names = [i["name"] for i in self.manifest["inputs"]]
+            return BucketedModel(self.manifest["name"], torch.device("cuda", index),
+                                 lambda size: self._model(index, str(size), capture, graphs, copy_outputs,
+                                                          check_inputs), batch, names)
+        return self._model(index, None, capture, graphs, copy_outputs, check_inputs)
+
+    def _model(self, index: int, bucket: str | None, capture: bool, graphs, copy_outputs, check_inputs):
         with self._lock:
-            if index not in self._loaded:
-                self._loaded[index] = self._load(index)
-        model = Model(self._loaded[index], check_inputs)
+            if (index, bucket) not in self._loaded:
+                self._loaded[index, bucket] = self._load(index, bucket)
+        model = Model(self._loaded[index, bucket], check_inputs)
         if not capture:
             return model
         try:
@@ -183,29 +202,40 @@ class Package:
             if graphs:
                 raise RuntimeError(f"{message}; load(..., graphs=False) runs it op by op") from e
             warnings.warn(f"{message}; running it op by op (load(..., graphs=False) skips the capture)",
-                          stacklevel=2)
+                          stacklevel=3)
             return model
 
-    def _load(self, index: int) -> Loaded:
-        m, device, props = self.manifest, torch.device("cuda", index), torch.cuda.get_device_properties(index)
-        variant = choose_variant(m, props.major * 10 + props.minor, props.name)
-        spec, context = m["variants"][variant], cuda.primary_context(index)
+    def _device(self, index: int) -> _Device:
+        """What is loaded once per device: the variant chosen, the context, weights, modules."""
+        if index not in self._devices:
+            m, props = self.manifest, torch.cuda.get_device_properties(index)
+            variant = choose_variant(m, props.major * 10 + props.minor, props.name)
+            device = torch.device("cuda", index)
+            weights = torch.load(os.path.join(self.dir, m["weights"]), weights_only=True,
+                                 map_location=device) if m.get("weights") else []
+            self._devices[index] = _Device(device, variant, cuda.primary_context(index), weights, {})
+        return self._devices[index]
+
+    def _load(self, index: int, bucket: str | None) -> Loaded:
+        """One input shape (the package's, or one bucket's) loaded on a device."""
+        dev, m = self._device(index), self.manifest
+        shape = m if bucket is None else m["buckets"][bucket]
+        spec = shape["variants"][dev.variant]
         previous = cuda.current_context()
-        cuda.set_current_context(context)
+        cuda.set_current_context(dev.context)
         try:
-            kernels = self._load_kernels(spec["kernels"], device)
+            kernels = self._load_kernels(spec["kernels"], dev)
         finally:
             cuda.set_current_context(previous)
-        weights = torch.load(os.path.join(self.dir, m["weights"]), weights_only=True,
-                             map_location=device) if m.get("weights") else []
         program = importlib.import_module(f"{self._import_name or m['name']}.{spec['program']}")
-        mutated = tuple(i for i, spec in enumerate(m["inputs"]) if spec.get("mutated"))
-        return Loaded(m["name"], variant, device, context, program.forward, kernels, weights,
-                      input_specs(m["inputs"]), mutated)
+        mutated = tuple(i for i, s in enumerate(shape["inputs"]) if s.get("mutated"))
+        name = m["name"] if bucket is None else f"{m['name']}[batch {bucket}]"
+        return Loaded(name, dev.variant, dev.device, dev.context, program.forward, kernels, dev.weights,
+                      input_specs(shape["inputs"]), mutated)
 
-    def _load_kernels(self, entries: list[dict], device: torch.device) -> list[cuda.Kernel]:
-        """The variant's kernels, each image loaded once, into the current context."""
-        modules, kernels = {}, []
+    def _load_kernels(self, entries: list[dict], dev: _Device) -> list[cuda.Kernel]:
+        """The variant's kernels, each image loaded once per device, into the current context."""
+        modules, kernels, device = dev.modules, [], dev.device
         for k in entries:
             if k["image"] not in modules:
                 try:
