@@ -34,8 +34,11 @@ class Blocks:
     """The launch shape of one kernel: constexpr block sizes, blocks per axis, warps."""
 
     constexprs: tuple[tuple[str, int], ...]  # values for the kernel's constexpr params
-    axes: tuple[int, int, int]  # programs along x, y, z
+    axes: tuple[int, int, int]  # programs along x, y, z (at the top of a dynamic batch's range)
     num_warps: int
+    # Axes whose program count is computed at run time (a dynamic batch): (axis, numel
+    # name such as "x", block size); the count is ceil(numel / block size).
+    dynamic_axes: tuple[tuple[int, str, int], ...] = ()
 
     @property
     def programs(self) -> int:
@@ -81,6 +84,10 @@ def choose(kernel: Kernel) -> Blocks:
         else:
             sizes["XBLOCK"] = min(POINTWISE_BLOCK, next_power_of_2(x))
     elif kernel.heuristic == "persistent_reduction":
+        if any(r.startswith("r") for r in kernel.dynamic_numels):
+            raise UnsupportedModelError(
+                f"kernel {kernel.name} reduces over the dynamic batch in one block per row; aotcombo sizes "
+                "such blocks at build time", fix="build with --batch buckets instead of --dynamic")
         rblock = fixed.get("R0_BLOCK", next_power_of_2(r0)) * fixed.get("R1_BLOCK", 1)
         if "XBLOCK" in params:
             sizes["XBLOCK"] = max(1, min(next_power_of_2(x), PERSISTENT_ELEMENTS // rblock))
@@ -113,4 +120,6 @@ def choose(kernel: Kernel) -> Blocks:
     )
     elements = math.prod(v for k, v in block.items() if k in ("XBLOCK", "YBLOCK", "ZBLOCK", "R0_BLOCK", "R1_BLOCK"))
     ordered = tuple((p, sizes[p]) for p in kernel.block_params)
-    return Blocks(constexprs=ordered, axes=axes, num_warps=_warps(elements))
+    dynamic_axes = tuple((axis, name, block.get(f"{name.upper()}BLOCK", 1))
+                         for axis, name in enumerate("xyz") if name in kernel.dynamic_numels)
+    return Blocks(constexprs=ordered, axes=axes, num_warps=_warps(elements), dynamic_axes=dynamic_axes)

@@ -348,8 +348,9 @@ def trace_key(model, inputs, arch: int, model_file: str | Path | None = None) ->
     return trace_keys(model, inputs, [arch], model_file)[arch]
 
 
-def trace_keys(model, inputs, archs, model_file: str | Path | None = None) -> dict[int, str]:
-    """``trace_key`` for several archs (the model is fingerprinted once)."""
+def trace_keys(model, inputs, archs, model_file: str | Path | None = None, extra=None) -> dict[int, str]:
+    """``trace_key`` for several archs (the model is fingerprinted once); ``extra``: more
+    plain data the trace depends on (a dynamic batch)."""
     import torch
 
     fp = _Fingerprint()
@@ -368,6 +369,7 @@ def trace_keys(model, inputs, archs, model_file: str | Path | None = None) -> di
         model_part,
         sorted(fp.files.items()),
         _torch_state(),
+        extra,
     )
     return {arch: _digest(base, arch) for arch in archs}
 

@@ -67,10 +67,57 @@ def helper_source(sub: SubKernel) -> str:
         raise UnsupportedModelError(f"cannot find the definition of kernel {kernel.name} in its source")
     params = match.group(1).strip().rstrip(",")
     source = source[: match.start()] + f"def {kernel.name}({params}, pid_x, pid_y, pid_z):" + source[match.end():]
-    axes = sub.blocks.axes
+    axes = _axis_counts(sub, lambda name: f"{name}numel")
     source = _PROGRAM_ID.sub(lambda m: _AXES[int(m.group(1))], source)
-    source = _NUM_PROGRAMS.sub(lambda m: str(axes[int(m.group(1))]), source)
+    source = _NUM_PROGRAMS.sub(lambda m: axes[int(m.group(1))], source)
     return source.rstrip()
+
+
+def _cdiv(numel: str, block: int) -> str:
+    """ceil(numel / block) as an expression that is both Python and Triton."""
+    return numel if block == 1 else f"(({numel} + {block - 1}) // {block})"
+
+
+def _axis_counts(sub: SubKernel, numel_of) -> list[str]:
+    """Programs along x, y, z of a sub-kernel as expressions: ints, or for the axes of a
+    dynamic batch ceil(numel / block), with ``numel_of(name)`` naming the numel ("x")."""
+    counts = [str(n) for n in sub.blocks.axes]
+    for axis, name, block in sub.blocks.dynamic_axes:
+        counts[axis] = _cdiv(numel_of(name), block)
+    return counts
+
+
+def _numel_value(sub: SubKernel):
+    """``numel_of`` for the combo kernel and the program: the value passed for the numel."""
+    passed = {p: a for p, _, a in sub.kernel.bind(sub.launch.args)}
+
+    def numel_of(name: str) -> str:
+        value = passed[f"{name}numel"]
+        return value.name if isinstance(value, g.Ref) else str(value)
+
+    return numel_of
+
+
+def _product(factors: list[str]) -> str:
+    dynamic = [f for f in factors if not f.isdigit()]
+    static = math.prod(int(f) for f in factors if f.isdigit())
+    if not dynamic:
+        return str(static)
+    return " * ".join(dynamic + ([str(static)] if static != 1 else []))
+
+
+def sub_programs(sub: SubKernel) -> str:
+    """A sub-kernel's program count: an int, or an expression of the combo's arguments."""
+    return _product(_axis_counts(sub, _numel_value(sub)))
+
+
+def grid_expr(combo: Combo) -> str:
+    """The combo kernel's grid as a Python expression of the program's values."""
+    programs = [sub_programs(s) for s in combo.subs]
+    if combo.dispatch == "round_robin":
+        widest = programs[0] if len(programs) == 1 else f"max({', '.join(programs)})"
+        return widest if len(programs) == 1 else f"{len(programs)} * {widest}"
+    return " + ".join(programs)
 
 
 def _literal(value) -> str:
@@ -83,41 +130,53 @@ def _literal(value) -> str:
 
 def _sub_call(sub: SubKernel) -> str:
     args = [f"{p}={a.name if isinstance(a, g.Ref) else _literal(a)}" for p, _, a in sub.kernel.bind(sub.launch.args)]
-    nx, ny, nz = sub.blocks.axes
+    nx, ny, nz = _axis_counts(sub, _numel_value(sub))
+    if ny != "1" or nz != "1":
+        nxy = _product([nx, ny])
     pids = {
-        "pid_x": "pid_offset" if ny == nz == 1 else f"pid_offset % {nx}",
-        "pid_y": "0" if ny == 1 else (f"pid_offset // {nx}" if nz == 1 else f"(pid_offset // {nx}) % {ny}"),
-        "pid_z": "0" if nz == 1 else f"pid_offset // {nx * ny}",
+        "pid_x": "pid_offset" if ny == nz == "1" else f"pid_offset % ({nx})",
+        "pid_y": "0" if ny == "1" else (f"pid_offset // ({nx})" if nz == "1" else f"(pid_offset // ({nx})) % ({ny})"),
+        "pid_z": "0" if nz == "1" else f"pid_offset // ({nxy})",
     }
     keywords = [f"{p}={v}" for p, v in sub.blocks.constexprs] + [f"{p}={v}" for p, v in pids.items()]
     return f"{sub.kernel.name}({', '.join(args + keywords)})"
 
 
-def _dispatch(combo: Combo) -> list[dict]:
-    subs = []
-    start = 0
+def _dispatch(combo: Combo) -> tuple[list[str], list[dict]]:
+    """The combo kernel's setup lines (where program ranges depend on a dynamic batch) and,
+    per sub-kernel, its condition on ``pid``, its program offset and its call."""
+    setup, subs = [], []
+    start = "0"
     n = len(combo.subs)
     for i, sub in enumerate(combo.subs):
-        programs = sub.blocks.programs
+        programs = sub_programs(sub)
         if combo.dispatch == "round_robin":
             condition = f"pid % {n} == {i} and pid // {n} < {programs}" if n > 1 else f"pid < {programs}"
             offset = f"pid // {n}" if n > 1 else "pid"
         else:
-            condition = f"pid < {start + programs}"
-            offset = f"pid - {start}" if start else "pid"
+            if start.isdigit() and programs.isdigit():
+                end = str(int(start) + int(programs))
+            else:
+                end = f"end_{i}"
+                setup.append(f"{end} = {start} + {programs}" if start != "0" else f"{end} = {programs}")
+            condition = f"pid < {end}"
+            offset = f"pid - {start}" if start != "0" else "pid"
+            start = end
         subs.append({"condition": condition, "offset": offset, "call": _sub_call(sub)})
-        start += programs
-    return subs
+    return setup, subs
 
 
 def render_combo(combo: Combo) -> str:
     helpers = list(dict.fromkeys(helper_source(s) for s in combo.subs))
+    setup, subs = _dispatch(combo)
     return render(
         "combo_kernel.py.j2",
         combo=combo,
+        grid="per call: " + grid_expr(combo) if combo.dynamic else f"({combo.grid}, 1, 1)",
         helpers=helpers,
         params=combo.params,
-        subs=_dispatch(combo),
+        setup=setup,
+        subs=subs,
         prelude=KERNEL_PRELUDE,
     )
 
@@ -164,13 +223,15 @@ def _op_call(op: str) -> str:
     return f"{prefix}.{name}.{overload}"
 
 
-def _op_line(op, combo_index: dict[str, int]) -> str:
+def _op_line(op, combo_index: dict[str, int], combos: dict[str, Combo]) -> str:
     if isinstance(op, g.Alloc):
         s = op.spec
-        return f"{op.out} = empty_strided({s.shape}, {s.stride}, dtype=torch.{s.dtype}, device=device)"
+        return f"{op.out} = empty_strided({_expr(s.shape)}, {_expr(s.stride)}, dtype=torch.{s.dtype}, device=device)"
     if isinstance(op, g.View):
         s = op.spec
-        return f"{op.out} = as_strided({op.base}, {s.shape}, {s.stride}, {s.storage_offset})"
+        return f"{op.out} = as_strided({op.base}, {_expr(s.shape)}, {_expr(s.stride)}, {_expr(s.storage_offset)})"
+    if isinstance(op, g.Scalar):
+        return f"{op.out} = {_scalar_expr(op)}"
     if isinstance(op, g.GetItem):
         return f"{op.out} = {op.base}[{op.index}]"
     if isinstance(op, g.Extern):
@@ -178,8 +239,26 @@ def _op_line(op, combo_index: dict[str, int]) -> str:
         call = f"{_op_call(op.op)}({', '.join(args)})"
         return f"{op.out} = {call}" if op.out else call
     if isinstance(op, ComboLaunch):
-        return f"kernels[{combo_index[op.combo]}]({', '.join(a.name for a in op.args)})"
+        combo = combos[op.combo]
+        args = [grid_expr(combo)] if combo.dynamic else []
+        return f"kernels[{combo_index[op.combo]}]({', '.join(args + [a.name for a in op.args])})"
     raise TypeError(op)
+
+
+_OPERATORS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": "%"}
+
+
+def _scalar_expr(op: g.Scalar) -> str:
+    args = [_expr(a) for a in op.args]
+    if op.fn == "size":
+        return f"{args[0]}.shape[{args[1]}]"
+    if op.fn in _OPERATORS:
+        return f"{args[0]} {_OPERATORS[op.fn]} {args[1]}"
+    if op.fn == "neg":
+        return f"-{args[0]}"
+    if op.fn == "sum":
+        return " + ".join(args) or "0"
+    return f"{op.fn}({', '.join(args)})"  # max, min
 
 
 def _structure_expr(structure: tuple, leaves) -> str:
@@ -213,7 +292,7 @@ def render_program(plan: Plan, structure: tuple, name: str) -> str:
         n_externs=plan.extern_calls,
         inputs=[i.name for i in sorted((i for i in graph.inputs if i.kind == "user"), key=lambda i: i.key)],
         weights=[i.name for i in graph.inputs if i.kind == "weight"],
-        body=[_op_line(op, combo_index) for op in plan.ops]
+        body=[_op_line(op, combo_index, {c.name: c for c in plan.combos}) for op in plan.ops]
         + [f"{name}.copy_({graph.outputs[i]})" for name, i in graph.mutations],
         result=_structure_expr(structure, iter(graph.user_outputs)),
     )

@@ -17,8 +17,12 @@ from typing import Any
 
 @dataclass(frozen=True)
 class TensorSpec:
-    shape: tuple[int, ...]
-    stride: tuple[int, ...]
+    """Shape and strides are ints; with a dynamic batch (``--dynamic``) a graph input's
+    batch dim is the string ``"batch"``, and an allocation's or view's size or stride that
+    depends on it is a ``Ref`` to the ``Scalar`` computing it."""
+
+    shape: tuple
+    stride: tuple
     dtype: str  # torch dtype name without the prefix: "float32", "bfloat16", ...
     storage_offset: int = 0
 
@@ -62,6 +66,9 @@ class Kernel:
     reduction_hint: str | None
     mutated: tuple[str, ...]  # params written in place (in_out_ptr*)
     no_x_dim: bool = False
+    # Numels given at run time (a dynamic batch): their value in ``numels`` is the upper
+    # bound of the range, which the block rules size for.
+    dynamic_numels: tuple[str, ...] = ()
 
     @property
     def numel(self) -> dict[str, int]:
@@ -136,6 +143,20 @@ class GetItem:
 
 
 @dataclass(frozen=True)
+class Scalar:
+    """An integer computed at run time from the input sizes (a dynamic batch):
+    ``out = size(args[0], args[1])`` (``fn == "size"``), else ``out = fn(*args)`` with ``fn``
+    one of ``SCALAR_FUNCTIONS``; args are ``Ref``s to tensors or scalars, and ints."""
+
+    out: str
+    fn: str
+    args: tuple
+
+
+SCALAR_FUNCTIONS = ("size", "add", "sub", "mul", "floordiv", "mod", "neg", "max", "min", "sum")
+
+
+@dataclass(frozen=True)
 class Launch:
     """A launch of one traced kernel with its call arguments (values or ints)."""
 
@@ -143,7 +164,7 @@ class Launch:
     args: tuple  # Ref | int | float, aligned with the kernel's runtime params
 
 
-Op = Alloc | View | Extern | GetItem | Launch
+Op = Alloc | View | Extern | GetItem | Scalar | Launch
 
 
 @dataclass(frozen=True)
@@ -159,6 +180,8 @@ class Graph:
     # (input name, output index): the model updates that input in place; the
     # output holds its new value and the program copies it back.
     mutations: tuple[tuple[str, int], ...] = ()
+    # A dynamic batch: (batched user-input positions, min, max); None: static shapes.
+    dynamic: tuple | None = None
 
     @property
     def user_outputs(self) -> tuple[str | None, ...]:

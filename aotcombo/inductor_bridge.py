@@ -252,12 +252,21 @@ def _attention_for(arch: int):
     return attention
 
 
-def _export(module, example_inputs, fake_mode, arch):
+def _export(module, example_inputs, fake_mode, arch, dynamic=None):
+    """``torch.export`` on fake CUDA tensors; ``dynamic = (batched input positions, min, max)``
+    makes dim 0 of those inputs one symbolic size."""
     fake_module = _fake_cuda_module(module, fake_mode)
     with fake_mode:
         fake_inputs = tuple(_fake_like(t) for t in example_inputs)
+        dynamic_shapes = None
+        if dynamic is not None:  # by tensor, whatever forward's signature (*args included)
+            batched, low, high = dynamic
+            batch, shapes = torch.export.Dim("batch", min=low, max=high), torch.export.ShapesCollection()
+            for i in batched:
+                shapes[fake_inputs[i]] = {0: batch}
+            dynamic_shapes = shapes.dynamic_shapes(fake_module, fake_inputs)
         with torch.no_grad(), mock.patch.object(torch.nn.functional, "scaled_dot_product_attention", _attention_for(arch)):
-            return torch.export.export(fake_module, fake_inputs, strict=False)
+            return torch.export.export(fake_module, fake_inputs, dynamic_shapes=dynamic_shapes, strict=False)
 
 
 # --- capture ------------------------------------------------------------------
@@ -298,8 +307,23 @@ def _make_converter_class():
             name = line.kernel_name
             if name not in self.aot_kernels:
                 self.aot_kernels[name] = _kernel_from_call(name, self.kernel_sources[name], line)
-            args = [int(a) if _is_int_expr(a) else a for a in line.call_args]
-            self.gm.graph.call_function(launch_marker, args=(name, *self._lookup_args(tuple(args))))
+            self.gm.graph.call_function(launch_marker, args=(name, *map(self._call_arg, line.call_args)))
+
+        def _call_arg(self, arg):
+            """A launch argument as FX sees it: a buffer's node, an int, or (a size that
+            depends on the dynamic batch) the node computing it."""
+            import sympy
+            from torch._inductor.codegen.wrapper import SymbolicCallArg
+
+            if isinstance(arg, SymbolicCallArg):
+                arg = arg.inner_expr
+            if _is_int_expr(arg):
+                return int(arg)
+            if isinstance(arg, sympy.Expr):
+                return self._generate_sym_node(arg)
+            if isinstance(arg, str):
+                return self.buffer_to_node[arg]
+            return arg
 
     return RecordingConverter
 
@@ -308,6 +332,21 @@ def _is_int_expr(value) -> bool:
     import sympy
 
     return isinstance(value, sympy.Integer)
+
+
+def _size_bound(arg) -> tuple[int, bool]:
+    """(value, dynamic) of a size passed to a kernel: its value, or, when it depends on the
+    dynamic batch, its upper bound over the batch range."""
+    from torch._inductor.codegen.wrapper import SymbolicCallArg
+    from torch._inductor.virtualized import V
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    if isinstance(arg, SymbolicCallArg):
+        arg = arg.inner_expr
+    if _is_int_expr(arg) or isinstance(arg, int):
+        return int(arg), False
+    upper = bound_sympy(arg, V.graph.sizevars.shape_env.var_to_range).upper
+    return int(upper), True
 
 
 def _kernel_from_call(name: str, body: str, line) -> g.Kernel:
@@ -327,9 +366,13 @@ def _kernel_from_call(name: str, body: str, line) -> g.Kernel:
         )
     # Call arguments fill the signature from the start: numels, constants and
     # all; the block sizes that autotuning would set come last and are ours.
-    numels = tuple(
-        (p[: -len("numel")], int(a)) for (p, _), a in zip(signature, line.call_args) if p.endswith("numel")
-    )
+    numels, dynamic = [], []
+    for (p, _), a in zip(signature, line.call_args):
+        if p.endswith("numel"):
+            value, is_dynamic = _size_bound(a)
+            numels.append((p[: -len("numel")], value))
+            if is_dynamic:
+                dynamic.append(p[: -len("numel")])
     divisible = set()
     for cfg in meta.get("configs", []):
         for idx, attrs in cfg.items():
@@ -349,7 +392,8 @@ def _kernel_from_call(name: str, body: str, line) -> g.Kernel:
         signature=signature,
         constants=tuple(sorted(meta.get("constants", {}).items())),
         divisible_by_16=tuple(p for p, _ in signature if p in divisible),
-        numels=numels,
+        numels=tuple(numels),
+        dynamic_numels=tuple(dynamic),
         reduction_hint=hint.group(1) if hint else None,
         mutated=tuple(inductor_meta.get("mutated_arg_names", ())),
         no_x_dim=bool(inductor_meta.get("no_x_dim")),
@@ -457,13 +501,52 @@ def _run_inductor(gm, fake_inputs, combo_kernels: bool = False):
 # --- FX wrapper graph -> aotcombo graph ---------------------------------------------
 
 
+def _size(value) -> int | str:
+    """A size of a traced tensor: an int, ``"batch"`` for the dynamic batch itself, or the
+    text of an expression of it (those are only shown, never run)."""
+    if isinstance(value, int):
+        return value
+    expr = value.node.expr
+    if expr.is_number:
+        return int(expr)
+    return "batch" if expr.is_symbol else str(expr)
+
+
 def _spec(t: torch.Tensor) -> g.TensorSpec:
     return g.TensorSpec(
-        shape=tuple(int(s) for s in t.shape),
-        stride=tuple(int(s) for s in t.stride()),
+        shape=tuple(_size(s) for s in t.shape),
+        stride=tuple(_size(s) for s in t.stride()),
         dtype=str(t.dtype).removeprefix("torch."),
-        storage_offset=int(t.storage_offset()),
+        storage_offset=_size(t.storage_offset()),
     )
+
+
+def _traced_spec(t: torch.Tensor, shape, stride, offset=0) -> g.TensorSpec:
+    """The spec of an allocation or view from its call's arguments: ints, or ``Ref``s to
+    the ``Scalar``s computing sizes that depend on the dynamic batch."""
+    return g.TensorSpec(shape=tuple(_to_plain(list(shape))), stride=tuple(_to_plain(list(stride))),
+                        dtype=str(t.dtype).removeprefix("torch."), storage_offset=_to_plain(offset))
+
+
+_SCALAR_FUNCTIONS = {
+    operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.floordiv: "floordiv",
+    operator.mod: "mod", operator.neg: "neg", torch.sym_max: "max", torch.sym_min: "min", torch.sym_sum: "sum",
+}
+
+
+def _scalar(node) -> g.Scalar | None:
+    """The ``Scalar`` a wrapper node computes (a size of the dynamic batch), or None."""
+    if node.target is torch.ops.aten.sym_size.int:
+        return g.Scalar(node.name, "size", (g.Ref(node.args[0].name), int(node.args[1])))
+    fn = _SCALAR_FUNCTIONS.get(node.target)
+    if fn is None:
+        if isinstance(node.meta.get("val"), torch.SymInt) or node.target in (torch.sym_float, torch.sym_not):
+            raise UnsupportedModelError(f"the compiled program computes a size with "
+                                        f"{getattr(node.target, '__name__', node.target)}, which aotcombo cannot package",
+                                        fix="build with --batch buckets instead of --dynamic")
+        return None
+    args = node.args[0] if fn == "sum" else node.args
+    return g.Scalar(node.name, fn, tuple(_to_plain(a) for a in args))
 
 
 def _to_plain(value: Any) -> Any:
@@ -534,9 +617,11 @@ def _graph_from_fx(gm, kernels, input_meta, arch) -> g.Graph:
         elif node.target is launch_marker:
             ops.append(g.Launch(node.args[0], tuple(_to_plain(a) for a in node.args[1:])))
         elif node.target is torch.empty_strided:
-            ops.append(g.Alloc(node.name, specs[node.name]))
+            ops.append(g.Alloc(node.name, _traced_spec(val, *node.args)))
         elif node.target is torch.as_strided:
-            ops.append(g.View(node.name, node.args[0].name, specs[node.name]))
+            ops.append(g.View(node.name, node.args[0].name, _traced_spec(val, *node.args[1:])))
+        elif (scalar := _scalar(node)) is not None:
+            ops.append(scalar)
         elif node.target is operator.getitem:
             ops.append(g.GetItem(node.name, node.args[0].name, int(node.args[1])))
         elif isinstance(node.target, torch._ops.OpOverload):
@@ -569,8 +654,12 @@ def _graph_from_fx(gm, kernels, input_meta, arch) -> g.Graph:
 # --- entry point -------------------------------------------------------------------
 
 
-def trace(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor_combo_kernels: bool = False):
+def trace(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor_combo_kernels: bool = False,
+          dynamic: tuple | None = None):
     """Trace ``module`` for a GPU of compute capability ``arch`` (e.g. 90).
+
+    ``dynamic = (batched input positions, min, max)``: dim 0 of those inputs is one symbolic
+    batch size in [min, max]; kernels then take the sizes that depend on it as arguments.
 
     ``inductor_combo_kernels=True`` lets Inductor make its own combo kernels:
     only to count the launches ``torch.compile`` would make, for comparison.
@@ -585,7 +674,7 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor
     with virtual_gpu(arch), _quiet_logs():
         fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
         try:
-            ep = _export(module, example_inputs, fake_mode, arch)
+            ep = _export(module, example_inputs, fake_mode, arch, dynamic)
         except UnsupportedModelError:
             raise
         except Exception as exc:  # noqa: BLE001 - every export failure is the model's
@@ -594,7 +683,7 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor
                 fix="aotcombo needs a model torch.export can capture whole: no data-dependent Python control "
                 "flow, no .item()/.tolist() host syncs, only ops with CUDA and fake-tensor kernels",
             ) from exc
-        _reject_dynamic_shapes(ep)
+        _reject_data_dependent_shapes(ep)
         # Functional ATen: in-place updates of inputs become extra outputs.
         ep = ep.run_decompositions({})
         signature = ep.graph_signature
@@ -632,19 +721,21 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor
             for i, s in enumerate(signature.output_specs)
             if s.kind == OutputKind.USER_INPUT_MUTATION
         )
-        graph = g.replace(graph, mutations=mutations)
+        graph = g.replace(graph, mutations=mutations, dynamic=dynamic and (tuple(dynamic[0]), *dynamic[1:]))
 
     weights = {key: _real_tensor(module, key, ep.constants) for kind, key in input_meta if kind == "weight"}
     return graph, weights, output_structure(ep.call_spec.out_spec)
 
 
-def _reject_dynamic_shapes(ep) -> None:
-    """Packages have fixed shapes: an op whose output size depends on data fails the build."""
+def _reject_data_dependent_shapes(ep) -> None:
+    """An op whose output size depends on data fails the build (a dynamic batch is fine)."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
     for node in ep.graph.nodes:
         val = node.meta.get("val")
         values = val if isinstance(val, (list, tuple)) else [val]
         for v in values:
-            if isinstance(v, torch.Tensor) and not all(isinstance(d, int) for d in v.shape):
+            if isinstance(v, torch.Tensor) and free_unbacked_symbols(v):
                 trace = (node.meta.get("stack_trace") or "").strip().splitlines()
                 where = ""
                 for line in trace:

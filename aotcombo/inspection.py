@@ -160,7 +160,21 @@ def inspect_package(target: str | Path) -> dict:
         "extern_ops": manifest.get("extern_ops", []),
         "stats": stats,
         "variants": variants,
+        "batch": manifest.get("batch"),
     }
+
+
+def _batch_line(batch: dict | None) -> list[str]:
+    if not batch:
+        return []
+    inputs = ", ".join(str(i) for i in batch.get("inputs", []))
+    if "range" in batch:
+        low, high = batch["range"]
+        return [f"batch: dynamic, dim 0 of inputs {inputs}, from {low} to {high}; grids computed per call "
+                "(the top-level shapes and launches below are for the whole range)"]
+    return [f"batch: buckets {', '.join(map(str, batch['sizes']))} (dim 0 of inputs {inputs})"
+            + (", sizes between buckets padded to the next one" if batch.get("pad") else ", exact sizes only")
+            + f"; shown below: batch {max(batch['sizes'])}"]
 
 
 def _weights(source: _Source, manifest: dict) -> dict:
@@ -241,6 +255,7 @@ def format_text(info: dict, arch: str | None = None) -> str:
         f"archs: cubins for {', '.join(info['archs']) or 'none'}"
         + (f"; PTX for {info['ptx_arch']} and newer" if info["ptx_arch"] else ""),
         _inputs_line(info["inputs"]),
+        *_batch_line(info.get("batch")),
         f"weights: {w['tensors'] if w['tensors'] is not None else '?'} tensors, {_mb(w['bytes'])}"
         + (f" ({w['file']}: {_mb(w['file_bytes'])})" if w.get("file") else ""),
         f"launches per forward: {s.get('launches_per_forward')} = {_plural(s.get('combos'), 'combo kernel')} + "
@@ -317,7 +332,7 @@ def _inputs_line(inputs: list[dict], show: int = 6) -> str:
     for i in inputs:
         n = 1
         for d in i["shape"]:
-            n *= d
+            n *= d if isinstance(d, int) else 1
         size += n * _ITEMSIZE.get(i["dtype"], 4)
     return (f"inputs: {len(inputs)} tensors, {_mb(size)}: " + "; ".join(one(i) for i in inputs[: show - 2])
             + f"; ...; {one(inputs[-1])}")

@@ -110,7 +110,10 @@ def _run_here(directory: Path) -> None:
     kernels = []
     for name, source, grid in job["combos"]:
         fn = getattr(_load(source, directory, name), name)
-        kernels.append(lambda *args, fn=fn, grid=grid: fn[(grid, 1, 1)](*args))
+        if grid is None:  # the grid depends on a dynamic batch: the program passes it first
+            kernels.append(lambda grid, *args, fn=fn: fn[(grid, 1, 1)](*args))
+        else:
+            kernels.append(lambda *args, fn=fn, grid=grid: fn[(grid, 1, 1)](*args))
     forward = _load(job["program"], directory, "program").forward
     with cpu_stand_ins(), torch.no_grad():
         outputs = forward(kernels, job["weights"], torch.device("cpu"), *job["inputs"])
@@ -121,7 +124,8 @@ def run(program: str, combos: Sequence[tuple[str, str, int]], weights: Sequence[
     """Run ``program``'s forward on CPU tensors, in a child process with
     ``TRITON_INTERPRET=1`` (Triton reads it when its own modules load).
 
-    ``combos`` lists ``(name, module source, grid)`` in launch-table order."""
+    ``combos`` lists ``(name, module source, grid)`` in launch-table order; grid None: the
+    program passes each launch's grid first (a dynamic batch)."""
     with tempfile.TemporaryDirectory(prefix="aotcombo-interp-") as tmp:
         directory = Path(tmp)
         job = {"program": program, "combos": list(combos), "weights": list(weights), "inputs": list(inputs)}
@@ -142,7 +146,7 @@ def run(program: str, combos: Sequence[tuple[str, str, int]], weights: Sequence[
 def run_variant(result, variant_index: int = 0, inputs: Sequence[torch.Tensor] = ()):
     """Run one variant of a ``pipeline.BuildResult`` under the interpreter."""
     variant = result.variants[variant_index]
-    combos = [(c.name, variant.sources[c.name], c.grid) for c in variant.plan.combos]
+    combos = [(c.name, variant.sources[c.name], None if c.dynamic else c.grid) for c in variant.plan.combos]
     return run(variant.program, combos, result.weights, inputs)
 
 

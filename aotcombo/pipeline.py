@@ -151,8 +151,9 @@ def _fits(graph, inputs, weights) -> bool:
     if len(user) != len(inputs):
         return False
     for i, t in zip(user, inputs):
+        shape = tuple(d if traced == "batch" else traced for d, traced in zip(t.shape, i.spec.shape))
         if (tuple(t.shape), tuple(t.stride()), str(t.dtype).removeprefix("torch.")) != (
-                i.spec.shape, i.spec.stride, i.spec.dtype):
+                shape, i.spec.stride, i.spec.dtype):
             return False
     for i in graph.inputs:
         if i.kind == "weight":
@@ -162,7 +163,7 @@ def _fits(graph, inputs, weights) -> bool:
     return True
 
 
-def _trace_keys(model, inputs, archs, cache, model_file, reporter) -> dict:
+def _trace_keys(model, inputs, archs, cache, model_file, reporter, dynamic=None) -> dict:
     """Trace cache keys for every arch, computed before any trace (a trace imports
     Inductor, whose configs are part of the key once imported)."""
     from .cache import Uncacheable, trace_keys
@@ -170,27 +171,27 @@ def _trace_keys(model, inputs, archs, cache, model_file, reporter) -> dict:
     if not cache.enabled:
         return {a: None for a in archs}
     try:
-        return trace_keys(model, inputs, archs, model_file)
+        return trace_keys(model, inputs, archs, model_file, extra=dynamic)
     except Uncacheable as exc:
         reporter.detail(f"traces are not cached for this model: {exc}")
         return {a: None for a in archs}
 
 
-def _trace(model, inputs, arch, cache, key, reporter, where: str) -> tuple:
+def _trace(model, inputs, arch, cache, key, reporter, where: str, dynamic=None) -> tuple:
     """``(graph, weights, structure, cached)`` for ``sm_{arch}`` (``where`` names it in messages)."""
     if key is not None:
         entry = cache.get_trace(key)
         if entry is not None:
             graph, structure = entry["graph"], entry["structure"]
             weights = _weights_of(model, graph, entry.get("constants") or {})
-            if graph.arch == arch and weights is not None and _fits(graph, inputs, weights):
+            if graph.arch == arch and graph.dynamic == dynamic and weights is not None and _fits(graph, inputs, weights):
                 reporter.line(f"trace for {where}: from the build cache")
                 return graph, weights, structure, True
             reporter.detail(f"{where}: the cached trace does not fit the model; tracing again")
     from . import inductor_bridge
 
     with reporter.stage(f"trace for {where}", timing_key="trace"):
-        graph, weights, structure = inductor_bridge.trace(model, inputs, arch)
+        graph, weights, structure = inductor_bridge.trace(model, inputs, arch, dynamic=dynamic)
     entry = {"graph": graph, "structure": structure, "constants": _lifted_constants(model, weights)}
     if key is not None and not cache.put_trace(key, entry):
         reporter.detail(f"{where}: the trace holds values the build cache does not store; not cached")
@@ -217,10 +218,11 @@ def _kernel_entries(variant: Variant, image_of) -> list[dict]:
                 "name": combo.name,
                 "image": image_of(combo.name),
                 "function": b.name,
-                "grid": [combo.grid, 1, 1],
+                "grid": [combo.grid, 1, 1],  # with a dynamic batch: the largest, at the top of its range
+                "dynamic_grid": combo.dynamic,  # the program passes each launch's grid first
                 "num_warps": b.num_warps,
                 "shared": b.shared,
-                "params": ["ptr"] * len(combo.params),
+                "params": ["ptr" if t.startswith("*") else t for t in codegen.combo_signature(combo)[0].values()],
                 "global_scratch": list(b.global_scratch),
                 "profile_scratch": list(b.profile_scratch),
                 "sub_kernels": [s.kernel.name for s in combo.subs],
@@ -347,9 +349,10 @@ def _shape_entry(variants: list[Variant], files: _Files, prefix: str = "") -> di
 
 def _manifest(name, version, archs, variants, weight_tensors, weights_file_bytes,
               batch: dict | None = None) -> tuple[dict, dict, dict, dict]:
-    """The manifest and the package's files. ``batch`` (bucketed builds): the batched inputs
-    and outputs and the padding choice; each bucket gets its entry under ``buckets`` and the
-    largest is also described at the top level (what ``inspect`` shows)."""
+    """The manifest and the package's files. ``batch``: the batched inputs and, for a
+    dynamic batch, its ``range``; for buckets, the batched outputs and the padding choice,
+    each bucket's entry under ``buckets`` and the largest also at the top level (what
+    ``inspect`` shows)."""
     files = _Files()
     by_batch: dict = {}
     for v in variants:
@@ -375,7 +378,9 @@ def _manifest(name, version, archs, variants, weight_tensors, weights_file_bytes
         },
         "variants": entries[top]["variants"],
     }
-    if batch is not None:
+    if batch is not None and "range" in batch:  # a dynamic batch: one shape, sizes in a range
+        manifest["batch"] = batch
+    elif batch is not None:
         manifest["batch"] = {**batch, "sizes": sorted(entries)}
         manifest["buckets"] = {str(b): entry for b, entry in sorted(entries.items())}
     return manifest, files.programs, files.images, files.sources
@@ -408,11 +413,20 @@ def _flat_eager(model):
     return run
 
 
-def _shapes(model, inputs, batch, pad, make_inputs, reporter) -> tuple[dict, dict | None]:
+def _shapes(model, inputs, batch, pad, make_inputs, dynamic, reporter) -> tuple[dict, dict | None]:
     """The input shapes to build, ``{batch size or None: example inputs}``, and the
     manifest's ``batch`` entry (None for a single-shape build)."""
     from . import shapes
 
+    if dynamic is not None:
+        if batch is not None or pad:
+            raise UsageError("--dynamic goes without --batch and --pad", fix="choose buckets or a dynamic batch")
+        low, high = dynamic
+        if high < 2:
+            raise UsageError(f"--dynamic batch={low}:{high} holds one size", fix=f"build with --batch {high}")
+        traced = min(max(2, low), high - 1)  # torch specializes sizes 0 and 1: trace at 2 or more
+        by_size, batched = shapes.example_inputs_by_size(inputs, [traced, traced + 1], make_inputs)
+        return {None: by_size[traced]}, {"dim": 0, "inputs": batched, "range": [low, high]}
     if batch is None:
         if pad:
             raise UsageError("--pad needs --batch", fix="pass --batch with the bucket sizes, e.g. --batch 1,2,4,8")
@@ -442,6 +456,7 @@ def build_package(
     batch: Sequence[int] | str | None = None,
     pad: bool = False,
     make_inputs=None,
+    dynamic: tuple[int, int] | None = None,
 ) -> BuildResult:
     """Build an installable wheel of ``model`` for ``example_inputs``' shapes.
 
@@ -451,7 +466,8 @@ def build_package(
     processes). ``model_file``: the file the model came from, part of the trace
     cache key. ``batch``: batch sizes to build a bucket each for (see ``aotcombo.shapes``);
     ``make_inputs(batch)`` makes the example inputs of a size (default: cut or tiled from
-    ``example_inputs``); ``pad``: run sizes between buckets padded to the next one."""
+    ``example_inputs``); ``pad``: run sizes between buckets padded to the next one.
+    ``dynamic=(min, max)``: one build whose batch is a run-time size in that range."""
     from .cache import Cache
     from .package import check_name, check_out_dir, check_version, package_files, save_weights, write_wheel
 
@@ -471,10 +487,11 @@ def build_package(
     inputs = tuple(example_inputs)
     parallel = jobs or compiler.default_jobs()
 
-    shapes, batch_info = _shapes(model, inputs, batch, pad, make_inputs, reporter)
+    shapes, batch_info = _shapes(model, inputs, batch, pad, make_inputs, dynamic, reporter)
+    symbolic = batch_info and "range" in batch_info and (tuple(batch_info["inputs"]), *batch_info["range"])
     variants: list[Variant] = []
     weights = None
-    keys = {b: _trace_keys(model, shape_inputs, archs, cache, model_file, reporter)
+    keys = {b: _trace_keys(model, shape_inputs, archs, cache, model_file, reporter, symbolic or None)
             for b, shape_inputs in shapes.items()}
     steps = [(b, a) for b in shapes for a in archs]
     with tempfile.TemporaryDirectory(prefix="aotcombo-build-") as tmp:
@@ -483,7 +500,7 @@ def build_package(
             for index, (b, a) in enumerate(steps):
                 where = f"sm_{a}" if b is None else f"batch {b}, sm_{a}"
                 graph, shape_weights, structure, cached = _trace(model, shapes[b], a, cache, keys[b][a], reporter,
-                                                                 where)
+                                                                 where, symbolic or None)
                 if weights is not None and list(shape_weights) != list(weights):
                     raise UnsupportedModelError(f"{where}: the traced graph takes other weights than batch "
                                                 f"{variants[0].batch}'s", fix="build each batch size apart")

@@ -48,6 +48,11 @@ class Combo:
         return max(s.blocks.num_warps for s in self.subs)
 
     @property
+    def dynamic(self) -> bool:
+        """Whether the grid depends on a dynamic batch (then ``grid`` is its largest value)."""
+        return any(s.blocks.dynamic_axes for s in self.subs)
+
+    @property
     def grid(self) -> int:
         programs = [s.blocks.programs for s in self.subs]
         if self.dispatch == "round_robin":
@@ -100,7 +105,9 @@ def reads_writes(op, graph: g.Graph) -> tuple[list[str], list[str]]:
     if isinstance(op, g.GetItem):
         return [op.base], [op.out]
     if isinstance(op, g.Alloc):
-        return [], [op.out]
+        return g.refs_in((op.spec.shape, op.spec.stride)), [op.out]
+    if isinstance(op, g.Scalar):
+        return g.refs_in(op.args), [op.out]
     raise TypeError(op)
 
 
@@ -112,7 +119,7 @@ def storage_roots(graph: g.Graph) -> dict[str, str]:
             root[op.out] = root.get(op.base, op.base)
         elif isinstance(op, g.Extern) and op.out:
             root[op.out] = root.get(op.aliases[0], op.aliases[0]) if op.aliases else op.out
-        elif isinstance(op, (g.Alloc, g.GetItem)):
+        elif isinstance(op, (g.Alloc, g.GetItem, g.Scalar)):
             root[op.out] = op.out
     return root
 

@@ -203,7 +203,7 @@ def test_load_modes(tmp_path, monkeypatch):
     specs = input_specs(STATIC["inputs"])
     loaded = Loaded("m", "sm_90", torch.device("cuda", 0), 1, None, [], [], specs, ())
     monkeypatch.setattr(package, "_device_index", lambda device: 0)
-    monkeypatch.setattr(Package, "_load", lambda self, index: loads.append(index) or loaded)
+    monkeypatch.setattr(Package, "_load", lambda self, index, bucket: loads.append(index) or loaded)
 
     def capture(model, copy_outputs):
         captures.append((model, copy_outputs))

@@ -79,6 +79,7 @@ class Loaded(NamedTuple):
     weights: list
     specs: list
     mutated: tuple  # positions of inputs the model updates in place
+    batch_range: tuple | None = None  # (min, max) of a dynamic batch
 
 
 class _Device(NamedTuple):
@@ -97,7 +98,8 @@ class Model:
         self._context, self._forward, self._kernels, self._specs = (
             loaded.context, loaded.forward, loaded.kernels, loaded.specs)
         self.mutated = loaded.mutated
-        self._guard = make_guard(self._specs, self.device) if check_inputs else None
+        self._guard = make_guard(self._specs, self.device, loaded.batch_range) if check_inputs else None
+        self._dynamic = loaded.batch_range is not None
         self._index, self._bound, self._static = self.device.index, {}, None
 
     def __call__(self, *inputs):
@@ -128,6 +130,8 @@ class Model:
 
     def static_inputs(self) -> tuple:
         """Input tensors made once, as in graph mode; here a call reads any inputs in place."""
+        if self._dynamic:
+            raise ValueError(f"{self.name} has a dynamic batch: its inputs have no one static shape")
         if self._static is None:
             self._static = allocate(self._specs, self.device)
         return self._static
@@ -230,8 +234,9 @@ class Package:
         program = importlib.import_module(f"{self._import_name or m['name']}.{spec['program']}")
         mutated = tuple(i for i, s in enumerate(shape["inputs"]) if s.get("mutated"))
         name = m["name"] if bucket is None else f"{m['name']}[batch {bucket}]"
+        batch = m.get("batch") or {}
         return Loaded(name, dev.variant, dev.device, dev.context, program.forward, kernels, dev.weights,
-                      input_specs(shape["inputs"]), mutated)
+                      input_specs(shape["inputs"]), mutated, tuple(batch["range"]) if "range" in batch else None)
 
     def _load_kernels(self, entries: list[dict], dev: _Device) -> list[cuda.Kernel]:
         """The variant's kernels, each image loaded once per device, into the current context."""
