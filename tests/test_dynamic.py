@@ -111,3 +111,24 @@ def test_dynamic_option_errors(tmp_path):
     with pytest.raises(UsageError, match="without --batch"):
         build_package(nn.Identity(), (torch.randn(2, 3),), arch=["sm_90"], out=tmp_path / "x", batch=[1, 2],
                       dynamic=(1, 4))
+
+
+def test_grid_per_call_binds_one_launcher_per_grid_size():
+    from aotcombo.runtime.package import GridPerCall
+
+    class FakeKernel:
+        grid, binds = (64, 1, 1), []
+
+        def bind(self, stream):
+            self.binds.append((self.grid, stream))
+            return lambda *args: launched.append((self.grid, args))
+
+    launched = []
+    launch = GridPerCall(FakeKernel()).bind(stream=7)
+    launch(3, "a", "b")
+    launch(3, "c", "d")
+    launch(64, "e", "f")
+    assert launched == [((3, 1, 1), ("a", "b")), ((3, 1, 1), ("c", "d")), ((64, 1, 1), ("e", "f"))]
+    assert FakeKernel.binds == [((3, 1, 1), 7), ((64, 1, 1), 7)]
+    with pytest.raises(ValueError, match="grid 65 is outside 1..64"):
+        launch(65, "g", "h")

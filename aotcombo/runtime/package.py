@@ -13,6 +13,7 @@ current and puts the other back after.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import os
@@ -248,7 +249,35 @@ class Package:
                         modules[k["image"]] = cuda.load_module(f.read())
                 except cuda.CudaError as e:
                     raise cuda.CudaError(f"{self.dir}/{k['image']}: {e}") from None
-            kernels.append(cuda.Kernel(cuda.get_function(modules[k["image"]], k["function"]), k["grid"],
-                                       k["num_warps"], k["shared"], k["params"], k["global_scratch"],
-                                       k["profile_scratch"], device))
+            kernel = cuda.Kernel(cuda.get_function(modules[k["image"]], k["function"]), k["grid"],
+                                 k["num_warps"], k["shared"], k["params"], k["global_scratch"],
+                                 k["profile_scratch"], device)
+            kernels.append(GridPerCall(kernel) if k.get("dynamic_grid") else kernel)
         return kernels
+
+
+class GridPerCall:
+    """A kernel whose grid the program passes first at each launch (a dynamic batch).
+
+    Bound to a stream, it keeps one launcher per grid size seen, made on first use (tens
+    of microseconds) from a copy of the kernel with that grid; the kernel's scratch, if
+    any, is sized for the largest grid, which the manifest gives.
+    """
+
+    def __init__(self, kernel: cuda.Kernel):
+        self.kernel = kernel
+
+    def bind(self, stream: int):
+        launchers, kernel = {}, self.kernel
+
+        def launch(grid: int, *args):
+            run = launchers.get(grid)
+            if run is None:
+                if not 0 < grid <= kernel.grid[0]:
+                    raise ValueError(f"grid {grid} is outside 1..{kernel.grid[0]}, the range the kernel was built for")
+                sized = copy.copy(kernel)
+                sized.grid = (grid, 1, 1)
+                run = launchers[grid] = sized.bind(stream)
+            run(*args)
+
+        return launch
