@@ -27,6 +27,12 @@ $XDG_CACHE_HOME/aotcombo, else ~/.cache/aotcombo, so an unchanged model rebuilds
 seconds; --no-cache (or AOTCOMBO_NO_CACHE=1) builds from scratch without reading or
 writing it. The same model, inputs, archs and tool versions give a byte-identical
 wheel, cached or not.
+
+C launcher: the wheel carries the runtime's kernel launcher compiled from C
+($CC, else cc, and this Python's headers; without them, a warning and a wheel of
+Python files); the installed package uses it where it loads (CPython >= 3.10 on
+this platform) and ctypes elsewhere. The C compiler counts among the tool versions
+above; --no-native (or AOTCOMBO_NATIVE=0) leaves the launcher out.
 """
 
 
@@ -86,6 +92,8 @@ def _parser() -> argparse.ArgumentParser:
                        "(the build checks on the CPU that padding leaves each row's outputs unchanged)")
     build.add_argument("--no-cache", action="store_true",
                        help="do not read or write the build cache (see below)")
+    build.add_argument("--no-native", action="store_true",
+                       help="leave the C launcher out: the package launches kernels through ctypes (see below)")
     build.add_argument("-j", "--jobs", type=int, metavar="N",
                        help="kernels to compile at once (default: the CPUs available; 1: no worker processes)")
     _noise(build)
@@ -180,6 +188,8 @@ def _build(args, reporter) -> int:
 
         raise UsageError(f"--jobs {args.jobs}: need at least 1", fix="pass --jobs 1 to compile in this process only")
     shape_options = _shape_options(args)
+    if args.no_native:
+        os.environ["AOTCOMBO_NATIVE"] = "0"  # read by aotcombo.native when the wheel is written
     with reporter.stage(f"load {path}", timing_key="load"):
         model, inputs = load_model_file(path, args.model_fn, args.inputs_fn)
         run_eager(model, inputs, path=path)

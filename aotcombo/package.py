@@ -3,12 +3,20 @@
 The package holds its program(s), the cubins per arch and PTX, the weights,
 a manifest, and a copy of ``aotcombo/runtime`` as ``<name>/_runtime``.
 
+The runtime's C launcher (``aotcombo/native.py``), compiled here, rides along
+as ``<name>/_runtime/_launch.abi3.so`` when a C compiler is at hand. The wheel
+stays tagged ``py3-none-any``, and that tag stays true: the runtime imports the
+launcher where it loads (CPython >= 3.10 on the build machine's platform) and
+launches through ctypes elsewhere, so the wheel still installs and runs on any
+platform and Python that torch runs on, only faster where the launcher loads.
+
 The wheel is written here, directly (it is a zip with a ``.dist-info``
-folder, PEP 427), not through a build backend: a pure-Python wheel of known
-files needs none, and writing it ourselves is what makes it reproducible and
-fast. Entries are sorted, every timestamp is ``SOURCE_DATE_EPOCH`` (1980-01-01
+folder, PEP 427), not through a build backend: a wheel of known files needs
+none, and writing it ourselves is what makes it reproducible and fast.
+Entries are sorted, every timestamp is ``SOURCE_DATE_EPOCH`` (1980-01-01
 unless set), permissions are 0644, and nothing depends on the machine or on
-temporary paths: the same inputs give a byte-identical wheel. It is written
+temporary paths: the same inputs (the C compiler among the tools) give a
+byte-identical wheel. It is written
 to a hidden temporary file inside ``--out`` and renamed into place only when
 complete, so a failed or interrupted build leaves nothing behind (not even
 ``--out`` itself, when the build had to create it).
@@ -119,6 +127,7 @@ def package_files(
     weights: bytes,
 ) -> dict[str, bytes]:
     """Every file of the package, by path inside the wheel."""
+    from . import native
     from .codegen import render
 
     files: dict[str, bytes] = {}
@@ -126,6 +135,9 @@ def package_files(
         if "__pycache__" in path.parts:
             continue
         files[f"{name}/_runtime/{path.relative_to(RUNTIME_DIR).as_posix()}"] = path.read_bytes()
+    launcher = native.extension()
+    if launcher is not None:
+        files[f"{name}/_runtime/{native.FILENAME}"] = launcher
     for module, text in programs.items():
         files[f"{name}/{module}.py"] = text.encode()
     for path, data in images.items():

@@ -257,6 +257,49 @@ def test_two_devices(mode):
     assert not failures, failures
 
 
+# --- the C launcher (_launch.abi3.so in the wheel, built on another Python) ------------------------
+
+def test_op_by_op_launches_through_the_c_launcher(sample, monkeypatch):
+    name, model, example = sample
+    package = import_package(name)
+    cuda = package._runtime.cuda
+    assert cuda._launch is not None, f"{name}'s wheel has no C launcher that imports here"
+    assert cuda.launcher is cuda._native_launcher
+    made = []
+
+    def spy(*args):
+        made.append(cuda._native_launcher(*args))
+        return made[-1]
+
+    generator = torch.Generator(device="cuda").manual_seed(11)
+    inputs = [fresh_like(t, generator) for t in example]
+    ref = _eager(model, inputs)
+    for kind, make in (("C", spy), ("ctypes", cuda._ctypes_launcher)):
+        monkeypatch.setattr(cuda, "launcher", make)  # read when a new model binds, at its first call
+        loaded = package.load("cuda", graphs=False)
+        for trial in range(2):
+            _check(name, loaded(*inputs), ref, f" ({kind} launcher, call {trial})")
+    assert made and all(type(launch).__name__ == "builtin_function_or_method" for launch in made)
+
+
+def test_c_launcher_raises_the_drivers_error(sample):
+    import copy
+
+    name, _, _ = sample
+    package = import_package(name)
+    cuda = package._runtime.cuda
+    kernel = copy.copy(package.load("cuda", graphs=False)._kernels[0])
+    kernel.block = 4096  # more threads than a block may have: the driver refuses the launch
+    launch = cuda._native_launcher(kernel, torch.cuda.current_stream().cuda_stream, [0, 0], None)
+    assert type(launch).__name__ == "builtin_function_or_method"
+    tensors = [torch.empty(16, device="cuda") for _ in kernel.params]
+    with pytest.raises(cuda.CudaError, match=r"^cuLaunchKernel(Ex)? failed: CUDA_ERROR_INVALID_VALUE"):
+        launch(*tensors)
+    with pytest.raises(TypeError, match=rf"^kernel takes {len(tensors)} arguments, got {len(tensors) + 1}$"):
+        launch(*tensors, tensors[0])
+    torch.cuda.synchronize()  # the refused launch left the context usable
+
+
 # --- what graph mode costs in memory (printed for the report) -------------------------------
 
 def test_graph_memory(sample):

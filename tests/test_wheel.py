@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from aotcombo import native
 from aotcombo.pipeline import build_package as build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,6 +64,9 @@ def test_wheel_contents(wheel):
         assert required in names
     assert any(n.startswith("smallpkg/kernels/sm_90/") and n.endswith(".cubin") for n in names)
     assert any(n.startswith("smallpkg/kernels/ptx/") and n.endswith(".ptx") for n in names)
+    if native.compiler() is not None:  # the C launcher rides along; the runtime falls back to ctypes elsewhere
+        assert "smallpkg/_runtime/_launch.abi3.so" in names
+        assert zipfile.ZipFile(wheel).read("smallpkg/_runtime/_launch.abi3.so") == native.extension()
     manifest = json.loads(zipfile.ZipFile(wheel).read("smallpkg/manifest.json"))
     assert manifest["archs"] == [90] and manifest["inputs"][0]["shape"] == [8, 32]
 
@@ -80,6 +84,8 @@ def test_installs_and_imports_without_the_build_toolchain(wheel, torch_only_venv
         "t = time.perf_counter(); import smallpkg; dt = time.perf_counter() - t\n"
         "print('imported', [m for m in ('triton', 'jinja2', 'sympy', 'aotcombo') if m in sys.modules], f'{dt*1e3:.1f}ms')\n"
         "print(smallpkg.manifest['name'], smallpkg.__doc__.splitlines()[0])\n"
+        "from smallpkg._runtime import cuda\n"
+        "print('launcher', cuda.launcher.__name__, cuda._launch and cuda._launch.__file__.rsplit('/', 1)[1])\n"
         "try:\n"
         "    smallpkg.load('cuda')\n"
         "except RuntimeError as e:\n"
@@ -93,6 +99,16 @@ def test_installs_and_imports_without_the_build_toolchain(wheel, torch_only_venv
     assert "imported []" in out, out
     assert "smallpkg smallpkg: a PyTorch model compiled ahead of time" in out
     assert "load error:" in out and "torch.cuda is not available" in out
+    if native.compiler() is not None:
+        assert "launcher _native_launcher _launch.abi3.so" in out, out
+
+
+def test_pure_wheel_without_the_c_launcher(tmp_path, monkeypatch):
+    monkeypatch.setenv("AOTCOMBO_NATIVE", "0")
+    result = build(Small(), (torch.randn(8, 32), torch.randn(16)), arch=["sm_90"], name="smallpkg", out=tmp_path)
+    names = zipfile.ZipFile(result.wheel).namelist()
+    assert result.wheel.name == "smallpkg-0.1.0-py3-none-any.whl"
+    assert "smallpkg/_runtime/cuda.py" in names and not [n for n in names if n.endswith(".so")]
 
 
 def test_project_wheel_ships_templates_and_runtime(tmp_path):
@@ -103,3 +119,4 @@ def test_project_wheel_ships_templates_and_runtime(tmp_path):
     for template in ("combo_kernel.py.j2", "program.py.j2", "package_init.py.j2"):
         assert f"aotcombo/templates/{template}" in names
     assert "aotcombo/runtime/package.py" in names
+    assert "aotcombo/runtime/_launch.c" in names  # aotcombo.native compiles it when it writes a wheel

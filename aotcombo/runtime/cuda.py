@@ -5,17 +5,29 @@ machine without a GPU. Every call's CUresult is checked: a failure raises CudaEr
 (a RuntimeError) naming the call and the driver's own error name and text.
 
 Launching: ``Kernel.bind(stream)`` returns a launcher, ``launch(*args)``, made by the
-module attribute ``launcher`` (the pluggable fast path: a C extension with the same
-signature may replace ``_ctypes_launcher``). The ctypes one prebuilds everything but
-the parameter values; a launch packs the arguments' ``data_ptr()`` into the parameter
-storage and makes a single foreign call, through a PyDLL handle: it keeps the GIL, so
-no other Python thread writes the storage before the driver has copied it (CPython
-3.10-3.12; a free-threaded build would need a lock per launcher).
+module attribute ``launcher``: ``_native_launcher`` when the C launcher ``_launch``
+(``_launch.c``, compiled into the wheel at build time as ``_launch.abi3.so``) imports,
+else ``_ctypes_launcher``. Both take the same arguments and raise the same errors.
+``AOTCOMBO_LAUNCHER=ctypes`` in the environment (read at import), or setting
+``launcher = _ctypes_launcher`` before a model's first call, forces the ctypes one.
+
+The C one holds everything but the tensors' pointers; a launch asks each tensor for its
+``data_ptr()`` and calls cuLaunchKernel(Ex) directly, the parameter values on the C
+stack, so concurrent launches never share them (host costs of both launchers:
+benchmarks/launch_overhead.py). It takes pointer parameters only: a kernel with number
+parameters launches through ctypes.
+
+The ctypes one prebuilds everything but the parameter values; a launch packs the
+arguments' ``data_ptr()`` into the parameter storage and makes a single foreign call,
+through a PyDLL handle: it keeps the GIL during the call (CPython 3.10-3.12; a
+free-threaded build would need a lock per launcher).
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
+import os
 import struct
 import threading
 from ctypes import POINTER, byref, c_char_p, c_int, c_uint, c_void_p
@@ -243,4 +255,22 @@ def _slots_launch(driver: _Driver, call: tuple, storage: list, n: int):
     return launch
 
 
-launcher = _ctypes_launcher
+def _native_launcher(kernel: Kernel, stream: int, scratch: list[int], keep_alive):
+    """``launch(*tensors)``: ``kernel`` on ``stream`` through the C launcher (``_launch.c``);
+    through ctypes when it is not there or the kernel has number parameters."""
+    if _launch is None or any(k != "ptr" for k in kernel.params):
+        return _ctypes_launcher(kernel, stream, scratch, keep_alive)
+    driver = kernel.driver
+    ex = driver.launch_ex is not None
+    cu_launch = driver.launch_ex if ex else driver.launch
+    return _launch.launcher(ctypes.cast(cu_launch, c_void_p).value, ex, kernel.function, kernel.grid,
+                            (kernel.block, 1, 1), kernel.shared, stream, len(kernel.params), tuple(scratch),
+                            torch.Tensor.data_ptr, functools.partial(driver.check, cu_launch.__name__), keep_alive)
+
+
+try:
+    from . import _launch
+except ImportError:  # built without a C compiler, or another platform or Python than the build's
+    _launch = None
+
+launcher = _ctypes_launcher if _launch is None or os.environ.get("AOTCOMBO_LAUNCHER") == "ctypes" else _native_launcher
