@@ -1,28 +1,43 @@
 """Host time per kernel launch, per input guard and per model call, on a GPU.
 
     python benchmarks/launch_overhead.py --out launch_overhead.json [--params 4,32]
-        [--per-sample 10000] [--samples 15] [--packages branches,transformer_block,...]
+        [--per-sample 300] [--samples 31] [--packages branches,transformer_block,...]
+        [--runtime PACKAGE|checkout]
+
+The runtime timed is an installed package's ``_runtime`` (the first of --packages that
+imports, or --runtime PACKAGE): the code a wheel ships, with its compiled C launcher;
+``--runtime checkout`` takes aotcombo/runtime from this checkout (no C launcher there).
 
 Launchers, of a 1-block Triton kernel with P pointer parameters compiled here by
-triton.compile (the same tensors each launch, on torch's current stream):
+triton.compile (the same tensors each launch, on torch's current stream, the legacy default
+stream 0, unless the name says "side stream": a stream made by torch.cuda.Stream()):
 
-  aotcombo         our runtime: cuda.Kernel(...).bind(stream)(*tensors)
-  triton_grid      Triton's CompiledKernel as user code calls it: compiled[grid](*tensors)
-  triton_run       Triton's launcher with everything prebuilt: compiled.run(grid..., stream, ...)
-  ctypes_typed     cuLaunchKernel through ctypes with argtypes, Python ints, prebuilt kernelParams
-  ctypes_prebuilt  cuLaunchKernel, untyped: every argument a prebuilt ctypes object (11 of them)
-  ctypes_ex        cuLaunchKernelEx, prebuilt (4 arguments): the call our launcher makes
-  ctypes_noop      cuCtxGetCurrent through ctypes: what one foreign call costs, driver aside
+  aotcombo_c           our runtime's C launcher (_launch.c): cuda._native_launcher(...)(*tensors)
+  aotcombo_c_by_name   the same, asking each tensor for data_ptr by method name, not descriptor
+  aotcombo_ctypes      our runtime's ctypes launcher: cuda._ctypes_launcher(...)(*tensors)
+  triton_grid          Triton's CompiledKernel as user code calls it: compiled[grid](*tensors)
+  triton_run           Triton's launcher with everything prebuilt: compiled.run(grid..., stream, ...)
+  ctypes_typed         cuLaunchKernel through ctypes with argtypes, Python ints, prebuilt kernelParams
+  ctypes_prebuilt      cuLaunchKernel, untyped: every argument a prebuilt ctypes object (11 of them)
+  ctypes_ex            cuLaunchKernelEx, prebuilt (4 arguments): the call the ctypes launcher makes
+  ctypes_noop          cuCtxGetCurrent through ctypes: what one foreign call costs, driver aside
+  driver_loop          cuLaunchKernel called from a C loop (compiled here with cc): the driver alone,
+  driver_loop_ex       no Python at all; the floor of any launcher. _ex: cuLaunchKernelEx
+  c_noop_driver        the C launcher calling a no-op instead of the driver: its own cost, data_ptr
+                       calls included; aotcombo_c less this and driver_loop_ex is what the driver
+                       costs more between Python code than in a tight C loop (caches, branches)
 
 Host us per launch: the median over samples of (time of per-sample launches) / per-sample,
-synchronizing outside the timed loop. Device us per launch is printed next to it: the GPU's
-own time per launch back to back (queued while it slept, timed by events). Where that is not
-well below the host time, the GPU set the pace (the launch queue filled): the host number
-is then an upper bound, flagged "GPU-bound?"; rerun with fewer --per-sample.
+with the GPU drained before each sample, outside the timed loop; --per-sample is kept small
+(300) so that the launch queue never fills and the GPU never sets the pace, even where a
+launch costs less host time than the kernel takes on the GPU. Device us per launch is printed
+next to it: the GPU's own time per launch back to back (queued while it slept, timed by
+events).
 
 Guards: make_guard (the per-call check) and check_inputs (the one that names a mismatch),
 for 1 input and for 256. Calls: each sample package installed (on PYTHONPATH), per load
-mode: host us per call (batches of --calls-per-sample calls) and device us per call.
+mode: host us per call (batches of --calls-per-sample calls) and device us per call; the
+op-by-op modes with the C launcher, and with ctypes (``_ctypes``).
 """
 
 from __future__ import annotations
@@ -33,7 +48,9 @@ import importlib
 import importlib.util
 import json
 import platform
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,14 +63,21 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ("branches", "transformer_block", "adam_step", "conv_block")
 
 
-def _runtime():
-    """aotcombo/runtime from this checkout, imported on its own as a package carries it."""
+def _runtime(choice: str, packages: list[str]):
+    """The runtime to time: an installed package's ``_runtime`` (see the module docstring), or
+    aotcombo/runtime from this checkout, imported on its own as a package carries it."""
+    for name in ([choice] if choice != "checkout" else []) if choice else packages:
+        try:
+            return importlib.import_module(f"{name}._runtime"), f"{name}._runtime (installed)"
+        except ImportError:
+            if choice:
+                raise
     spec = importlib.util.spec_from_file_location("aotcombo_runtime", ROOT / "aotcombo" / "runtime" / "__init__.py",
                                                   submodule_search_locations=[str(ROOT / "aotcombo" / "runtime")])
     module = importlib.util.module_from_spec(spec)
     sys.modules["aotcombo_runtime"] = module
     spec.loader.exec_module(module)
-    return module
+    return module, "aotcombo/runtime (checkout)"
 
 
 # --- timing ------------------------------------------------------------------------------
@@ -113,14 +137,81 @@ def _scratch(md, kind):
     return getattr(md, f"{kind}_scratch_size", 0) or 0, getattr(md, f"{kind}_scratch_align", 1) or 1
 
 
-def launchers(rt, compiled, tensors, stream: int) -> dict:
-    """name -> (fn, args): one launch each."""
+DRIVER_LOOP = r"""
+#include <time.h>
+typedef struct { unsigned grid[3], block[3], shared; void *stream, *attrs; unsigned num_attrs; } Config;
+typedef int (*Launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
+                      void **, void **);
+typedef int (*LaunchEx)(const Config *, void *, void **, void **);
+
+/* us per launch of n back-to-back launches of a 1-block kernel, or -CUresult */
+double launches(void *fn, int ex, void *function, unsigned block, unsigned shared, void *stream, void **params,
+                long n) {
+    Config c = {{1, 1, 1}, {block, 1, 1}, shared, stream, 0, 0};
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (long i = 0; i < n; i++) {
+        int r = ex ? ((LaunchEx)fn)(&c, function, params, 0)
+                   : ((Launch)fn)(function, 1, 1, 1, block, 1, 1, shared, stream, params, 0);
+        if (r)
+            return -r;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    return ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / n / 1e3;
+}
+
+int noop(void) { return 0; }
+"""
+
+
+def driver_loop_library(workdir: Path):
+    """DRIVER_LOOP compiled with the C compiler here, or None when there is none."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    (workdir / "driver_loop.c").write_text(DRIVER_LOOP)
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "driver_loop.c", "-o", "driver_loop.so"], cwd=workdir, check=True)
+    lib = ctypes.CDLL(str(workdir / "driver_loop.so"))
+    lib.launches.restype = ctypes.c_double
+    lib.launches.argtypes = [c_void_p, ctypes.c_int, c_void_p, c_uint, c_uint, c_void_p, c_void_p, ctypes.c_long]
+    return lib
+
+
+class DriverLoop:
+    """``loop(per_sample)``: per_sample launches from C; host_us's batch form."""
+
+    def __init__(self, lib, fn, ex, function, block, shared, stream, argv):
+        self.args = (ctypes.cast(fn, c_void_p).value, int(ex), function, block, shared, stream, argv)
+        self.lib = lib
+
+    def __call__(self, n):
+        us = self.lib.launches(*self.args, n)
+        if us < 0:
+            raise RuntimeError(f"driver loop: CUresult {-us:.0f}")
+        return us
+
+
+def launchers(rt, compiled, tensors, stream: int, side_stream: int, loop_lib) -> dict:
+    """name -> (fn, args): one launch each; a DriverLoop fn times its own batch."""
     md = compiled.metadata
     cuda = rt.cuda
     function = cuda.get_function(cuda.load_module(compiled.asm["cubin"]), md.name)
     kernel = cuda.Kernel(function, (1, 1, 1), md.num_warps, md.shared, ["ptr"] * len(tensors),
                          _scratch(md, "global"), _scratch(md, "profile"), "cuda")
-    cases = {"aotcombo": (kernel.bind(stream), tensors)}
+    cases = {}
+    native = getattr(cuda, "_launch", None)
+    if native is not None:
+        cases["aotcombo_c"] = (cuda._native_launcher(kernel, stream, [0, 0], None), tensors)
+        cases["aotcombo_c_side_stream"] = (cuda._native_launcher(kernel, side_stream, [0, 0], None), tensors)
+        d = kernel.driver
+        ex = d.launch_ex is not None
+        address = ctypes.cast(d.launch_ex if ex else d.launch, c_void_p).value
+        cases["aotcombo_c_by_name"] = (native.launcher(address, ex, function, (1, 1, 1), (kernel.block, 1, 1),
+                                                       kernel.shared, stream, len(tensors), (0, 0), "data_ptr",
+                                                       print, None), tensors)
+    else:
+        cases["aotcombo_c"] = (None, f"no C launcher in {cuda.__name__}")
+    cases["aotcombo_ctypes"] = (cuda._ctypes_launcher(kernel, stream, [0, 0], None), tensors)
 
     grid_runner = compiled[(1, 1, 1)]
     cases["triton_grid"] = (grid_runner, tensors)
@@ -143,28 +234,68 @@ def launchers(rt, compiled, tensors, stream: int) -> dict:
                                                      None))
     context = c_void_p()
     cases["ctypes_noop"] = (untyped.cuCtxGetCurrent, (ctypes.byref(context),))
+    if loop_lib is None:
+        cases["driver_loop"] = (None, "no C compiler (cc) on this machine")
+    else:
+        cases["driver_loop"] = (DriverLoop(loop_lib, untyped.cuLaunchKernel, False, function, block, md.shared,
+                                           stream, argv), None)
+        cases["driver_loop_ex"] = (DriverLoop(loop_lib, untyped.cuLaunchKernelEx, True, function, block, md.shared,
+                                              stream, argv), None)
+        cases["driver_loop_ex_side_stream"] = (DriverLoop(loop_lib, untyped.cuLaunchKernelEx, True, function, block,
+                                                          md.shared, side_stream, argv), None)
+        if native is not None:
+            noop = ctypes.cast(loop_lib.noop, c_void_p).value
+            cases["c_noop_driver"] = (native.launcher(noop, True, function, (1, 1, 1), (block, 1, 1), md.shared,
+                                                      stream, n, (0, 0), torch.Tensor.data_ptr, print, None), tensors)
     cases["_keep"] = (values, argv, config, kernel)
     return cases
+
+
+def batch_host_us(loop, per_sample, samples) -> float:
+    """host_us for a function that runs and times its own batch (DriverLoop)."""
+    loop(per_sample)
+    results = []
+    for _ in range(samples):
+        torch.cuda.synchronize()
+        results.append(loop(per_sample))
+    torch.cuda.synchronize()
+    return statistics.median(results)
 
 
 def bench_launches(rt, params_list, per_sample, samples, workdir) -> dict:
     results = {}
     stream = torch.cuda.current_stream().cuda_stream
+    side = torch.cuda.Stream()
+    loop_lib = driver_loop_library(workdir)
     for params in params_list:
         compiled = compile_kernel(params, workdir)
         tensors = [torch.ones(32, device="cuda") for _ in range(params)]
-        cases = launchers(rt, compiled, tensors, stream)
+        cases = launchers(rt, compiled, tensors, stream, side.cuda_stream, loop_lib)
         keep = cases.pop("_keep")
         row = {}
         for name, (fn, args) in cases.items():
+            if fn is None:
+                row[name] = {"error": args}
+                continue
             try:
-                row[name] = {"host_us": host_us(fn, args, per_sample, samples), "device_us": device_us(fn, args)}
+                if isinstance(fn, DriverLoop):
+                    row[name] = {"host_us": batch_host_us(fn, per_sample, samples)}
+                else:
+                    row[name] = {"host_us": host_us(fn, args, per_sample, samples)}
+                    if name != "c_noop_driver" and "side_stream" not in name:
+                        row[name]["device_us"] = device_us(fn, args)
             except Exception as e:  # noqa: BLE001 (a Triton version whose API differs: reported)
                 row[name] = {"error": f"{type(e).__name__}: {e}"[:200]}
-        expected = sum(tensors[1:], torch.zeros(32, device="cuda"))
-        cases["aotcombo"][0](*tensors)
         torch.cuda.synchronize()
-        row["aotcombo_correct"] = bool(torch.equal(tensors[0], expected)) if params > 1 else True
+        expected = sum(tensors[1:], torch.zeros(32, device="cuda"))
+        for name in ("aotcombo_c", "aotcombo_ctypes"):
+            launch = cases[name][0]
+            if launch is None:
+                continue
+            tensors[0].fill_(-1.0)
+            launch(*tensors)
+            torch.cuda.synchronize()
+            row[f"{name}_correct"] = bool(torch.equal(tensors[0], expected)) if params > 1 else True
         results[str(params)] = row
         del keep
     return results
@@ -190,9 +321,11 @@ def bench_guards(rt, samples) -> dict:
 
 # --- whole calls of the sample packages ---------------------------------------------------------
 
-MODES = {
+MODES = {  # mode -> (load options, static inputs); a mode ending in _ctypes forces the ctypes launcher
     "op_by_op": ({"graphs": False}, False),
+    "op_by_op_ctypes": ({"graphs": False}, False),
     "op_by_op_unchecked": ({"graphs": False, "check_inputs": False}, False),
+    "op_by_op_unchecked_ctypes": ({"graphs": False, "check_inputs": False}, False),
     "graph": ({"graphs": True}, False),
     "graph_static_in_out": ({"graphs": True, "copy_outputs": False}, True),
     "graph_static_in_out_unchecked": ({"graphs": True, "copy_outputs": False, "check_inputs": False}, True),
@@ -216,15 +349,22 @@ def bench_calls(names, calls_per_sample, samples) -> dict:
             results[name] = {"error": "not installed"}
             continue
         row, inputs = {}, _inputs(package.manifest)
+        cuda = package._runtime.cuda
+        default = cuda.launcher
+        row["launcher"] = default.__name__
         for mode, (options, static) in MODES.items():
-            model = package.load("cuda", **options)
-            args = model.static_inputs() if static else inputs
-            if static:
-                for s, x in zip(args, inputs):
-                    s.copy_(x)
-            row[mode] = {"host_us": host_us(model, args, calls_per_sample, samples),
-                         "device_us": device_us(model, args, calls_per_sample)}
-            del model
+            cuda.launcher = cuda._ctypes_launcher if mode.endswith("_ctypes") else default  # read at bind
+            try:
+                model = package.load("cuda", **options)
+                args = model.static_inputs() if static else inputs
+                if static:
+                    for s, x in zip(args, inputs):
+                        s.copy_(x)
+                row[mode] = {"host_us": host_us(model, args, calls_per_sample, samples),
+                             "device_us": device_us(model, args, calls_per_sample)}
+                del model
+            finally:
+                cuda.launcher = default
         results[name] = row
     return results
 
@@ -233,19 +373,20 @@ def bench_calls(names, calls_per_sample, samples) -> dict:
 
 def report(result: dict) -> None:
     print(f"device: {result['device']}; torch {result['torch']}, triton {result['triton']}, "
-          f"python {result['python']}")
+          f"python {result['python']}; runtime {result['runtime']}; launcher {result['launcher']}")
+    print(f"host us: median of {result['samples']} samples of {result['per_sample']} launches")
     for params, row in result["launch"].items():
         print(f"\nlaunch of a 1-block kernel with {params} pointer parameters (us per launch)")
-        print(f"  {'launcher':18s} {'host':>8s} {'device':>8s}")
+        print(f"  {'launcher':27s} {'host':>8s} {'device':>8s}")
         for name, r in row.items():
             if name.endswith("_correct"):
                 continue
             if "error" in r:
-                print(f"  {name:18s} {r['error']}")
+                print(f"  {name:27s} {r['error']}")
             else:
-                flag = "  (GPU-bound?)" if r["device_us"] > 0.8 * r["host_us"] and name != "ctypes_noop" else ""
-                print(f"  {name:18s} {r['host_us']:8.2f} {r['device_us']:8.2f}{flag}")
-        print(f"  aotcombo launch correct: {row.get('aotcombo_correct')}")
+                device = f"{r['device_us']:8.2f}" if "device_us" in r else f"{'':8s}"
+                print(f"  {name:27s} {r['host_us']:8.2f} {device}")
+        print("  launch correct: " + ", ".join(f"{k[:-8]} {v}" for k, v in row.items() if k.endswith("_correct")))
     print("\nguards (us per call)")
     for count, r in result["guards"].items():
         print(f"  {count:>4s} inputs: make_guard {r['make_guard_us']:8.2f}   check_inputs {r['check_inputs_us']:8.2f}")
@@ -255,19 +396,28 @@ def report(result: dict) -> None:
             if "error" in row:
                 print(f"  {name}: {row['error']}")
                 continue
-            cells = "  ".join(f"{mode} {r['host_us']:.1f}/{r['device_us']:.1f}" for mode, r in row.items())
-            print(f"  {name}: {cells}")
+            cells = "  ".join(f"{mode} {r['host_us']:.1f}/{r['device_us']:.1f}" for mode, r in row.items()
+                              if isinstance(r, dict))
+            print(f"  {name} ({row['launcher']}): {cells}")
+    print("\nsummary: host us per launch, 1-block kernel (C launcher / ctypes launcher / triton_run / "
+          "driver alone from C)")
+    for params, row in result["launch"].items():
+        cells = [row.get(k, {}).get("host_us") for k in ("aotcombo_c", "aotcombo_ctypes", "triton_run",
+                                                           "driver_loop_ex")]
+        print(f"  {params:>3s} pointers: " + " / ".join("-" if c is None else f"{c:.2f}" for c in cells))
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     parser.add_argument("--params", default="4,32", help="pointer parameters of the kernel, comma-separated")
-    parser.add_argument("--per-sample", type=int, default=10000, help="launches per timed sample")
-    parser.add_argument("--samples", type=int, default=15)
+    parser.add_argument("--per-sample", type=int, default=300, help="launches per timed sample")
+    parser.add_argument("--samples", type=int, default=31)
     parser.add_argument("--packages", default=",".join(SAMPLES), help="sample packages to time whole calls of "
                         "('' for none)")
     parser.add_argument("--calls-per-sample", type=int, default=20)
+    parser.add_argument("--runtime", help="installed package whose _runtime to time, or 'checkout' (default: the "
+                        "first of --packages installed, else the checkout)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
@@ -275,14 +425,15 @@ def main(argv=None) -> int:
     import triton
 
     torch.zeros(1, device="cuda")  # torch's primary context, current on this thread
-    rt = _runtime()
+    names = [n for n in args.packages.split(",") if n]
+    rt, where = _runtime(args.runtime, names)
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-              "python": platform.python_version(), "per_sample": args.per_sample, "samples": args.samples}
+              "python": platform.python_version(), "runtime": where, "launcher": rt.cuda.launcher.__name__,
+              "per_sample": args.per_sample, "samples": args.samples}
     with tempfile.TemporaryDirectory() as tmp:
         params = [int(p) for p in args.params.split(",") if p]
         result["launch"] = bench_launches(rt, params, args.per_sample, args.samples, Path(tmp))
     result["guards"] = bench_guards(rt, args.samples)
-    names = [n for n in args.packages.split(",") if n]
     result["calls"] = bench_calls(names, args.calls_per_sample, args.samples)
     report(result)
     if args.out:
