@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import operator
 import threading
+import warnings
 
 import torch
 
@@ -110,17 +111,18 @@ class StreamOrder:
             self._raw, self._stream = raw, stream
 
 
-def capture(run, inputs: tuple, device: torch.device):
+def capture(run, inputs: tuple, device: torch.device, pool=None):
     """Run ``run(inputs)`` once to warm up (cuBLAS and cuDNN workspaces, lazy module loading,
     kernel scratch), then capture it in a CUDA graph, both on a side stream, as
-    torch.cuda.graphs requires; returns (graph, outputs)."""
+    torch.cuda.graphs requires; returns (graph, outputs). ``pool``: a memory pool shared
+    with other graphs that never run at the same time."""
     with torch.cuda.device(device):
         stream = torch.cuda.Stream(device)
         stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(stream):
             run(inputs)
             graph = torch.cuda.CUDAGraph()
-            graph.capture_begin(capture_error_mode="thread_local")  # other threads may go on
+            graph.capture_begin(pool=pool, capture_error_mode="thread_local")  # other threads may go on
             try:
                 outputs = run(inputs)
             except BaseException:
@@ -135,12 +137,12 @@ def capture(run, inputs: tuple, device: torch.device):
 class GraphModel:
     """A package loaded on one device in graph mode: ``model(*inputs)`` replays its graph."""
 
-    def __init__(self, model, graph, inputs: tuple, outputs, copy_outputs: bool = True, order=None):
+    def __init__(self, model, graph, inputs: tuple, outputs, copy_outputs: bool = True, order=None, lock=None):
         self.name, self.variant, self.device, self.weights = model.name, model.variant, model.device, model.weights
         self._model, self._graph, self._inputs, self._guard = model, graph, inputs, model._guard
         self._outputs, self._spec = flatten(outputs)
-        self._mutated = getattr(model, "mutated", ())
-        self.copy_outputs, self._lock = copy_outputs, threading.Lock()
+        self._mutated = self.mutated = getattr(model, "mutated", ())
+        self.copy_outputs, self._lock = copy_outputs, lock or threading.Lock()
         self._order = order or StreamOrder.on(model.device)
 
     @classmethod
@@ -154,10 +156,18 @@ class GraphModel:
         """The graph's input tensors: write into them and call ``model(*model.static_inputs())``."""
         return self._inputs
 
+    def holds(self, inputs: tuple) -> bool:
+        """Whether ``inputs`` are this graph's static input tensors themselves."""
+        return same_tensors(inputs, self._inputs)
+
     def __call__(self, *inputs):
-        fresh = not same_tensors(inputs, self._inputs)
-        if fresh and self._guard is not None:
+        if self._guard is not None and not same_tensors(inputs, self._inputs):
             self._guard(inputs)
+        return self.replay_checked(inputs)
+
+    def replay_checked(self, inputs: tuple):
+        """A call on inputs known to pass the guard."""
+        fresh = not same_tensors(inputs, self._inputs)
         with self._lock:
             self._order.join()
             if fresh:
@@ -171,3 +181,90 @@ class GraphModel:
 
     def __repr__(self):
         return f"<Model {self.name} {self.variant} on {self.device}, CUDA graph>"
+
+
+class GraphPerSize:
+    """A package with a dynamic batch in graph mode: one CUDA graph per batch size, captured
+    at that size's first call (a few milliseconds), replayed after.
+
+    Memory: the graphs share one memory pool for their intermediates, so it holds about the
+    largest forward's peak, not the sum; each size keeps its own static inputs and outputs.
+    Their replays are serialised (one lock, one stream order), which is what makes sharing
+    the pool safe. Past ``max_graphs`` sizes, a new size runs op by op.
+    """
+
+    def __init__(self, model, copy_outputs: bool = True, max_graphs: int = 64, strict: bool = False):
+        self.name, self.variant, self.device, self.weights = model.name, model.variant, model.device, model.weights
+        self.mutated, self.copy_outputs, self.max_graphs = model.mutated, copy_outputs, max_graphs
+        self._strict = strict  # a failed capture raises (load(graphs=True)); else that size runs op by op
+        self._model, self._guard, self._graphs = model, model._guard, {}
+        self._first = next(i for i, spec in enumerate(model._specs) if None in spec[2])
+        self._lock, self._order, self._pool = threading.Lock(), StreamOrder.on(model.device), None
+
+    def __call__(self, *inputs):
+        try:
+            graph = self._graphs.get(inputs[self._first].shape[0])
+        except (IndexError, AttributeError):  # the guard names what is wrong
+            graph = None
+        if graph is None or not graph.holds(inputs):  # a graph's own static inputs need no check
+            if self._guard is not None:
+                self._guard(inputs)
+            if graph is None:
+                graph = self._capture(inputs[self._first].shape[0])
+        return graph.replay_checked(inputs)
+
+    def static_inputs(self, batch: int) -> tuple:
+        """The input tensors of batch size ``batch``'s graph (captured now if it is not yet):
+        write into them and call ``model(*model.static_inputs(batch))``."""
+        low, high = self._model.batch_range
+        if not low <= batch <= high:
+            raise ValueError(f"{self.name}: batch size {batch} is outside the range {low}..{high} it was built for")
+        graph = self._graphs.get(batch) or self._capture(batch)
+        if not isinstance(graph, GraphModel):
+            raise ValueError(f"{self.name}: batch {batch} runs op by op (no graph); pass your own inputs")
+        return graph.static_inputs()
+
+    def sizes(self) -> list[int]:
+        """The batch sizes captured so far."""
+        return sorted(s for s, g in self._graphs.items() if isinstance(g, GraphModel))
+
+    def _capture(self, size: int):
+        with self._lock:
+            if size in self._graphs:
+                return self._graphs[size]
+            if len(self._graphs) >= self.max_graphs:
+                graph = _Unchecked(self._model)
+            else:
+                graph = self._capture_size(size)
+            self._graphs[size] = graph
+            return graph
+
+    def _capture_size(self, size: int):
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        inputs = allocate(self._model._specs, self.device, batch=size)
+        try:
+            graph, outputs = capture(self._model.run, inputs, self.device, pool=self._pool)
+        except Exception as e:
+            message = f"{self.name}: capturing the forward for batch {size} in a CUDA graph failed: {e}"
+            if self._strict:
+                raise RuntimeError(f"{message}; load(..., graphs=False) runs it op by op") from e
+            warnings.warn(f"{message}; running that size op by op", stacklevel=4)
+            return _Unchecked(self._model)
+        return GraphModel(self._model, graph, inputs, outputs, self.copy_outputs, self._order, self._lock)
+
+    def __repr__(self):
+        return f"<Model {self.name} {self.variant} on {self.device}, a CUDA graph per batch size>"
+
+
+class _Unchecked:
+    """A model run op by op on inputs already checked (GraphPerSize past its max_graphs)."""
+
+    def __init__(self, model):
+        self._model = model
+
+    def holds(self, inputs) -> bool:
+        return False
+
+    def replay_checked(self, inputs):
+        return self._model.run(inputs)

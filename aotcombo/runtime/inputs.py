@@ -96,7 +96,9 @@ def _dynamic_guard(specs: list[tuple], device: torch.device, batch_range):
     return guard
 
 
-def allocate(specs: list[tuple], device: torch.device) -> tuple:
-    """Zeroed tensors matching the specs (fresh allocations are 512-byte aligned)."""
-    return tuple(torch.empty_strided(shape, stride, dtype=dtype, device=device).zero_()
+def allocate(specs: list[tuple], device: torch.device, batch: int | None = None) -> tuple:
+    """Zeroed tensors matching the specs, a dynamic batch dim of size ``batch`` (fresh
+    allocations are 512-byte aligned)."""
+    return tuple(torch.empty_strided(tuple(batch if d is None else d for d in shape), stride, dtype=dtype,
+                                     device=device).zero_()
                  for _, dtype, shape, stride, _ in specs)

@@ -25,7 +25,7 @@ import torch
 
 from . import cuda
 from .buckets import BucketedModel
-from .graphs import GraphModel, _raw_stream
+from .graphs import GraphModel, GraphPerSize, _raw_stream
 from .inputs import allocate, input_specs, make_guard
 
 
@@ -52,20 +52,18 @@ def choose_variant(manifest: dict, arch: int, device_name: str | None = None) ->
 
 
 def default_graphs(manifest: dict) -> bool:
-    """Whether graph mode is the default: when every input shape is static (all are, today)."""
+    """Whether every input shape is static (else a dynamic batch: a graph per batch size)."""
     return all(isinstance(d, int) for i in manifest.get("inputs", []) for d in i["shape"])
 
 
 def check_options(manifest: dict, graphs, copy_outputs, check_inputs) -> bool:
-    """Validate load()'s options; returns whether to capture a graph."""
+    """Validate load()'s options; returns whether to run CUDA graphs (the default)."""
     if graphs is not None and not isinstance(graphs, bool):
         raise TypeError(f"load(): graphs must be True, False or None, got {graphs!r}")
     for name, value in (("copy_outputs", copy_outputs), ("check_inputs", check_inputs)):
         if not isinstance(value, bool):
             raise TypeError(f"load(): {name} must be True or False, got {value!r}")
-    if graphs and not default_graphs(manifest):
-        raise ValueError(f"load(): graphs=True needs static input shapes; {manifest.get('name')} has dynamic ones")
-    return default_graphs(manifest) if graphs is None else graphs
+    return True if graphs is None else graphs
 
 
 class Loaded(NamedTuple):
@@ -100,6 +98,7 @@ class Model:
             loaded.context, loaded.forward, loaded.kernels, loaded.specs)
         self.mutated = loaded.mutated
         self._guard = make_guard(self._specs, self.device, loaded.batch_range) if check_inputs else None
+        self.batch_range = loaded.batch_range
         self._dynamic = loaded.batch_range is not None
         self._index, self._bound, self._static = self.device.index, {}, None
 
@@ -177,8 +176,9 @@ class Package:
         """Load the model on ``device`` ("cuda" for the current one, or "cuda:N").
 
         Kernels and weights load once per device. ``graphs``: capture the forward in a CUDA
-        graph now and replay it per call (default: when the shapes are static, falling back
-        to op by op, with a warning, if the capture fails). ``copy_outputs=False`` (graph
+        graph now and replay it per call (default; falling back to op by op, with a warning,
+        if the capture fails; with a dynamic batch, a graph per batch size, captured at its
+        first call). ``copy_outputs=False`` (graph
         mode): return the graph's own output tensors, valid until the next call.
         ``check_inputs=False``: skip the per-call input guards. A package built for several
         batch sizes returns a ``BucketedModel``, which loads each bucket at its first call.
@@ -200,6 +200,8 @@ class Package:
         model = Model(self._loaded[index, bucket], check_inputs)
         if not capture:
             return model
+        if not default_graphs(self.manifest):  # a dynamic batch: a graph per size, at its first call
+            return GraphPerSize(model, copy_outputs, strict=bool(graphs))
         try:
             return GraphModel.capture(model, copy_outputs)
         except Exception as e:
