@@ -54,7 +54,8 @@ def _parser() -> argparse.ArgumentParser:
         help="build a wheel from a model file",
         description="Build an installable wheel from MODEL_FILE, a Python file defining get_model() "
         "(an nn.Module on the CPU) and get_example_inputs() (a tuple of CPU tensors). The package "
-        "runs the model for exactly those input shapes, dtypes and strides.",
+        "runs the model for exactly those input shapes, dtypes and strides, or for several batch sizes "
+        "(--batch, --dynamic).",
         epilog=CACHE_HELP + "\n" + EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

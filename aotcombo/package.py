@@ -152,11 +152,24 @@ def package_files(
         name=name,
         version=__version__,
         inputs=inputs,
-        input_specs=[f"{i['name']} {i['dtype']}{list(i['shape'])}" for i in manifest["inputs"]],
+        input_specs=[f"{i['name']} {i['dtype']}[{', '.join(map(str, i['shape']))}]" for i in manifest["inputs"]],
         archs=", ".join(f"sm_{a}" for a in manifest["archs"]),
         ptx_arch=manifest.get("ptx_arch"),
+        batch=_batch_sentence(manifest.get("batch")),
     ).encode()
     return files
+
+
+def _batch_sentence(batch: dict | None) -> str:
+    """How the generated package's docstring states its batch sizes."""
+    if not batch:
+        return ""
+    if "range" in batch:
+        return (f"Dim 0 of the batched inputs is a dynamic batch from {batch['range'][0]} to {batch['range'][1]}; "
+                "in graph mode each batch size is captured at its first call.")
+    shapes = f"Batch sizes (dim 0 of the batched inputs): {', '.join(map(str, batch['sizes']))}"
+    return shapes + ("; sizes between them run padded to the next one." if batch.get("pad") else ".") + (
+        " The inputs above are those of the largest; each size loads at its first call (model.warm_up() loads all).")
 
 
 def save_weights(weights) -> bytes:

@@ -286,6 +286,7 @@ class _Files:
         self.images: dict[str, bytes] = {}
         self.sources: dict[str, str] = {}
         self._image_paths: dict[bytes, str] = {}
+        self.shared = 0  # kernel images found identical to one stored already
 
     def image(self, path: str, data: bytes) -> str:
         import hashlib
@@ -294,6 +295,8 @@ class _Files:
         if digest not in self._image_paths:
             self._image_paths[digest] = path
             self.images[path] = data
+        else:
+            self.shared += 1
         return self._image_paths[digest]
 
     def program(self, text: str) -> str:
@@ -381,7 +384,8 @@ def _manifest(name, version, archs, variants, weight_tensors, weights_file_bytes
     if batch is not None and "range" in batch:  # a dynamic batch: one shape, sizes in a range
         manifest["batch"] = batch
     elif batch is not None:
-        manifest["batch"] = {**batch, "sizes": sorted(entries)}
+        manifest["batch"] = {**batch, "sizes": sorted(entries), "images": len(files.images),
+                             "images_shared": files.shared}
         manifest["buckets"] = {str(b): entry for b, entry in sorted(entries.items())}
     return manifest, files.programs, files.images, files.sources
 

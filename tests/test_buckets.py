@@ -150,6 +150,8 @@ def test_bucketed_build_matches_eager_in_every_bucket(tmp_path):
     result = build_package(model, make(4), arch=["sm_90"], name="small", out=tmp_path, batch=[1, 3, 4],
                            pad=True, make_inputs=make, cache=False, jobs=1)
     m = result.manifest
+    images = m["batch"].pop("images") + m["batch"].pop("images_shared")
+    assert images == 2 * sum(len(v.plan.combos) for v in result.variants)  # a cubin and a PTX each
     assert m["batch"] == {"dim": 0, "inputs": [0], "outputs": [0, 1], "pad": True, "sizes": [1, 3, 4]}
     assert sorted(m["buckets"]) == ["1", "3", "4"] and m["inputs"][0]["shape"] == [4, 8, 16]
     assert [v.batch for v in result.variants] == [1, 3, 4]
