@@ -50,21 +50,11 @@ if a["kind"] != "import":
         rt = package._package
         runtime = sys.modules[type(rt).__module__]
         index = torch.cuda.current_device()
-        m = rt.manifest
-        props = torch.cuda.get_device_properties(index)
-        variant = runtime.choose_variant(m, props.major * 10 + props.minor, props.name)
-        spec = m["variants"][variant]
-        context = runtime.cuda.primary_context(index)
-        device = torch.device("cuda", index)
-        kernels = rt._load_kernels(spec["kernels"], device)
-        T["kernels"] = time.time()
-        weights = torch.load(rt.dir + "/" + m["weights"], weights_only=True, map_location=device)
+        rt._device(index)  # the variant for this GPU, its primary context, the weights
         torch.cuda.synchronize()
         T["weights"] = time.time()
-        program = importlib.import_module(a["name"] + "." + spec["program"])
-        T["program"] = time.time()
-        loaded = runtime.Loaded(m["name"], variant, device, context, program.forward, kernels, weights,
-                                runtime.input_specs(m["inputs"]))
+        loaded = rt._load(index, None)  # kernel images into the context, the program module
+        T["kernels_program"] = time.time()
         model = runtime.Model(loaded)
         if a["graphs"]:
             model = runtime.GraphModel.capture(model)
@@ -93,7 +83,7 @@ print("COLD " + json.dumps(T), flush=True)
 """
 
 PHASES = ["import_package", "load", "first_output"]
-DETAIL = ["context", "kernels", "weights", "program", "capture", "load", "first_output"]
+DETAIL = ["context", "weights", "kernels_program", "capture", "load", "first_output"]
 
 
 def run_child(args: dict) -> dict:

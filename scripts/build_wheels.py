@@ -2,8 +2,12 @@
 
     .venv/bin/python scripts/build_wheels.py [--samples-only] [--out .carry/wheels]
 
-The four sample models (sm_80, sm_90) and, unless --samples-only, one package
-per construct of tests/coverage_models.py named cov_<construct> (sm_90).
+The four sample models (sm_80, sm_90); unless --samples-only, each sample again
+with batch buckets (<sample>_buckets: --batch 1,2,4,8,16,32 --pad) and with a
+dynamic batch (<sample>_dynamic: --dynamic batch=1:256) and with the largest bucket
+alone (<sample>_b1: --batch 32, to compare wheel sizes), all sm_90, and one
+package per construct of tests/coverage_models.py named cov_<construct> (sm_90).
+--shapes-only builds just the bucket and dynamic ones.
 """
 
 from __future__ import annotations
@@ -17,17 +21,36 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from aotcombo.pipeline import build_package as build  # noqa: E402
-from aotcombo.modelfile import load_model_file  # noqa: E402
+from aotcombo.modelfile import batch_inputs_function, load_model_file  # noqa: E402
 
 SAMPLES = ("branches", "transformer_block", "adam_step", "conv_block")
+BUCKETS = (1, 2, 4, 8, 16, 32)
+DYNAMIC = (1, 256)
+
+
+def build_shapes(out: Path) -> None:
+    for name in SAMPLES:
+        path = ROOT / "sample_models" / f"{name}.py"
+        model, inputs = load_model_file(path)
+        make = batch_inputs_function(path)
+        for suffix, options in (("buckets", dict(batch=BUCKETS, pad=True)), ("dynamic", dict(dynamic=DYNAMIC)),
+                                ("b1", dict(batch=BUCKETS[-1:]))):  # one bucket: the wheel size of 6 against 1
+            start = time.perf_counter()
+            result = build(model, inputs, arch=["sm_90"], name=f"{name}_{suffix}", out=out, make_inputs=make,
+                           **options)
+            print(f"{result.wheel.name}: {time.perf_counter() - start:.1f} s, "
+                  f"{result.wheel.stat().st_size / 1e6:.2f} MB", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=str(ROOT / ".carry" / "wheels"))
     parser.add_argument("--samples-only", action="store_true")
+    parser.add_argument("--shapes-only", action="store_true")
     args = parser.parse_args()
     out = Path(args.out)
+    if args.shapes_only:
+        return build_shapes(out)
     for name in SAMPLES:
         start = time.perf_counter()
         model, inputs = load_model_file(ROOT / "sample_models" / f"{name}.py")
@@ -35,6 +58,7 @@ def main() -> None:
         print(f"{result.wheel.name}: {time.perf_counter() - start:.1f} s", flush=True)
     if args.samples_only:
         return
+    build_shapes(out)
     import coverage_models
 
     for name, factory in {**coverage_models.SUPPORTED, **coverage_models.RANDOM}.items():
