@@ -50,7 +50,7 @@ fi
 if [ "${AOTCOMBO_MEMCHECK:-0}" = 1 ]; then
   echo "== compute-sanitizer memcheck, one call per sample package"
   SAN="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
-  for p in branches transformer_block adam_step conv_block; do
+  for p in branches transformer_block adam_step conv_block transformer_block_dynamic conv_block_buckets; do
     PYTHONPATH="$SITE" PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$SAN" --tool memcheck --error-exitcode 9 $PY benchmarks/one_call.py "$p" --mode op_by_op || status=9
     PYTHONPATH="$SITE" "$SAN" --tool memcheck --error-exitcode 9 $PY benchmarks/one_call.py "$p" --mode graph || status=9
   done
