@@ -189,8 +189,6 @@ def _build(args, reporter) -> int:
 
         raise UsageError(f"--jobs {args.jobs}: need at least 1", fix="pass --jobs 1 to compile in this process only")
     shape_options = _shape_options(args)
-    if args.no_native:
-        os.environ["AOTCOMBO_NATIVE"] = "0"  # read by aotcombo.native when the wheel is written
     with reporter.stage(f"load {path}", timing_key="load"):
         model, inputs = load_model_file(path, args.model_fn, args.inputs_fn)
         run_eager(model, inputs, path=path)
@@ -208,6 +206,7 @@ def _build(args, reporter) -> int:
         cache=not args.no_cache,
         jobs=args.jobs,
         model_file=path,
+        native=False if args.no_native else None,
         **shape_options,
     )
     s = result.summary()

@@ -125,9 +125,11 @@ def package_files(
     images: dict[str, bytes],
     sources: dict[str, str],
     weights: bytes,
+    native: bool | None = None,
 ) -> dict[str, bytes]:
-    """Every file of the package, by path inside the wheel."""
-    from . import native
+    """Every file of the package, by path inside the wheel. ``native=False`` leaves the C
+    launcher out; None: in unless ``AOTCOMBO_NATIVE=0`` (see ``aotcombo.native``)."""
+    from . import native as c_launcher
     from .codegen import render
 
     files: dict[str, bytes] = {}
@@ -135,9 +137,9 @@ def package_files(
         if "__pycache__" in path.parts:
             continue
         files[f"{name}/_runtime/{path.relative_to(RUNTIME_DIR).as_posix()}"] = path.read_bytes()
-    launcher = native.extension()
+    launcher = c_launcher.extension() if native is not False else None
     if launcher is not None:
-        files[f"{name}/_runtime/{native.FILENAME}"] = launcher
+        files[f"{name}/_runtime/{c_launcher.FILENAME}"] = launcher
     for module, text in programs.items():
         files[f"{name}/{module}.py"] = text.encode()
     for path, data in images.items():

@@ -461,6 +461,7 @@ def build_package(
     pad: bool = False,
     make_inputs=None,
     dynamic: tuple[int, int] | None = None,
+    native: bool | None = None,
 ) -> BuildResult:
     """Build an installable wheel of ``model`` for ``example_inputs``' shapes.
 
@@ -471,7 +472,8 @@ def build_package(
     cache key. ``batch``: batch sizes to build a bucket each for (see ``aotcombo.shapes``);
     ``make_inputs(batch)`` makes the example inputs of a size (default: cut or tiled from
     ``example_inputs``); ``pad``: run sizes between buckets padded to the next one.
-    ``dynamic=(min, max)``: one build whose batch is a run-time size in that range."""
+    ``dynamic=(min, max)``: one build whose batch is a run-time size in that range.
+    ``native=False``: no C launcher in the wheel (see ``package.package_files``)."""
     from .cache import Cache
     from .package import check_name, check_out_dir, check_version, package_files, save_weights, write_wheel
 
@@ -547,7 +549,7 @@ def build_package(
         weights_file = save_weights(weight_tensors)
         manifest, programs, images, sources = _manifest(name, version, archs, variants, weight_tensors,
                                                         len(weights_file), batch_info)
-        files = package_files(name, manifest, programs, images, sources, weights_file)
+        files = package_files(name, manifest, programs, images, sources, weights_file, native)
         wheel = write_wheel(out, name, version, files)
     stats = {
         "enabled": cache.enabled,

@@ -103,9 +103,15 @@ def test_installs_and_imports_without_the_build_toolchain(wheel, torch_only_venv
         assert "launcher _native_launcher _launch.abi3.so" in out, out
 
 
-def test_pure_wheel_without_the_c_launcher(tmp_path, monkeypatch):
-    monkeypatch.setenv("AOTCOMBO_NATIVE", "0")
-    result = build(Small(), (torch.randn(8, 32), torch.randn(16)), arch=["sm_90"], name="smallpkg", out=tmp_path)
+@pytest.mark.parametrize("how", ["env", "option"])
+def test_pure_wheel_without_the_c_launcher(tmp_path, monkeypatch, how):
+    options = {}
+    if how == "env":
+        monkeypatch.setenv("AOTCOMBO_NATIVE", "0")
+    else:
+        options["native"] = False  # what build --no-native passes
+    result = build(Small(), (torch.randn(8, 32), torch.randn(16)), arch=["sm_90"], name="smallpkg", out=tmp_path,
+                   **options)
     names = zipfile.ZipFile(result.wheel).namelist()
     assert result.wheel.name == "smallpkg-0.1.0-py3-none-any.whl"
     assert "smallpkg/_runtime/cuda.py" in names and not [n for n in names if n.endswith(".so")]
