@@ -324,7 +324,7 @@ _ITEMSIZE = {"float64": 8, "int64": 8, "complex64": 8, "float32": 4, "int32": 4,
 
 def _inputs_line(inputs: list[dict], show: int = 6) -> str:
     def one(i):
-        return f"{i['name']} {i['dtype']}{i['shape']} stride {tuple(i['stride'])}"
+        return f"{i['name']} {i['dtype']}[{', '.join(map(str, i['shape']))}] stride {tuple(i['stride'])}"
 
     if len(inputs) <= show:
         return "inputs: " + "; ".join(one(i) for i in inputs)
