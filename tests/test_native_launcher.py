@@ -255,13 +255,34 @@ def test_runtime_launchers_agree(ext, monkeypatch, ex):
     assert errors["c count"] == errors["ctypes count"] == "kernel takes 3 arguments, got 2"
 
 
-def test_number_parameters_fall_back_to_ctypes(ext, monkeypatch):
+def test_integer_parameters_launch_through_c_as_ctypes_does(ext, monkeypatch):
+    monkeypatch.setattr(cuda, "_launch", ext)
+    driver = FakeDriver(count=5)
+    kernel = _kernel(driver, params=["ptr", "i32", "i64"])
+    launches = [cuda._native_launcher(kernel, 0, [0, 0], None), cuda._ctypes_launcher(kernel, 0, [0, 0], None)]
+    assert [type(launch).__name__ for launch in launches] == ["builtin_function_or_method", "function"]
+    x = torch.ones(2)
+    for launch in launches:
+        launch(x, 7, -3)
+    c_call, ctypes_call = driver.calls
+    assert c_call[6][0] == ctypes_call[6][0] == x.data_ptr()
+    for got in (c_call[6], ctypes_call[6]):  # the driver reads each parameter's own width
+        assert got[1] & 0xFFFFFFFF == 7 and got[2] == 2**64 - 3
+    with pytest.raises(TypeError):
+        launches[0](x, torch.ones(1), 1)  # a tensor where an integer goes
+    with pytest.raises(TypeError):
+        launches[0](7, 7, 1)  # an integer where a pointer goes: data_ptr refuses it
+    with pytest.raises(ValueError, match="2 kinds for 3 parameters"):
+        ext.launcher(driver.address(True), True, 1, (1, 1, 1), (32, 1, 1), 0, 0, 3, (), int, driver.check, None, b"pi")
+
+
+def test_float_parameters_fall_back_to_ctypes(ext, monkeypatch):
     monkeypatch.setattr(cuda, "_launch", ext)
     driver = FakeDriver(count=4)
-    launch = cuda._native_launcher(_kernel(driver, params=["ptr", "i32"]), 0, [0, 0], None)
+    launch = cuda._native_launcher(_kernel(driver, params=["ptr", "fp32"]), 0, [0, 0], None)
     assert type(launch).__name__ == "function"
-    launch(torch.ones(2), 7)
-    assert driver.calls[0][6][1] & 0xFFFFFFFF == 7
+    launch(torch.ones(2), 0.5)
+    assert driver.calls[0][6][1] & 0xFFFFFFFF == 0x3F000000
 
 
 def test_without_the_extension_the_runtime_uses_ctypes(monkeypatch):

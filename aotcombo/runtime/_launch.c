@@ -4,10 +4,13 @@
    every later Python. No CUDA header and no link to libcuda: Python hands over the address of
    cuLaunchKernel (or cuLaunchKernelEx) from its ctypes handle of the driver.
 
-   launcher(driver_fn, ex, function, grid, block, shared, stream, n, tail, pointer_of, on_error, keep)
+   launcher(driver_fn, ex, function, grid, block, shared, stream, n, tail, pointer_of, on_error, keep[, kinds])
    returns ``launch(*tensors)``, a builtin function bound to a Launcher holding the whole launch
    but the n tensor pointers: a call asks ``pointer_of(t)`` (torch.Tensor.data_ptr) for each
-   tensor (or, when ``pointer_of`` is a str, calls that method of the tensor), appends the ``tail`` pointers (Triton's scratch) and calls the driver. The parameter
+   tensor (or, when ``pointer_of`` is a str, calls that method of the tensor), appends the ``tail``
+   pointers (Triton's scratch) and calls the driver. ``kinds`` (bytes, one per parameter): b"i"
+   marks an integer parameter, given as a Python int and passed as its 64-bit two's complement
+   (the driver reads the parameter's own width from it: little-endian); b"p" a pointer. The parameter
    values live on the C stack of the call, so concurrent calls of one launcher never share them.
    A wrong argument count raises TypeError; a failed launch calls ``on_error(CUresult)``, which
    raises the driver's error (RuntimeError if it returns). ``keep`` is held for the launcher's
@@ -39,7 +42,8 @@ typedef struct {
     LaunchConfig config;
     Py_ssize_t n, n_tail;
     uint64_t tail[MAX_TAIL];
-    PyObject *pointer_of, *on_error, *keep;
+    PyObject *pointer_of, *on_error, *keep, *kinds; /* kinds: bytes or NULL (all pointers) */
+    const char *kind;
 } Launcher;
 
 static PyTypeObject *launcher_type;
@@ -51,6 +55,13 @@ static PyObject *launch(PyObject *self_, PyObject *const *args, Py_ssize_t nargs
     uint64_t values[self->n + self->n_tail + 1];
     void *params[self->n + self->n_tail + 1];
     for (Py_ssize_t i = 0; i < self->n; i++) {
+        params[i] = &values[i];
+        if (self->kind != NULL && self->kind[i] == 'i') {
+            values[i] = PyLong_AsUnsignedLongLongMask(args[i]);
+            if (values[i] == (uint64_t)-1 && PyErr_Occurred())
+                return NULL;
+            continue;
+        }
         PyObject *pointer = self->by_name ? PyObject_CallMethodObjArgs(args[i], self->pointer_of, NULL)
                                           : PyObject_CallFunctionObjArgs(self->pointer_of, args[i], NULL);
         if (pointer == NULL)
@@ -59,7 +70,6 @@ static PyObject *launch(PyObject *self_, PyObject *const *args, Py_ssize_t nargs
         Py_DECREF(pointer);
         if (values[i] == (uint64_t)-1 && PyErr_Occurred())
             return NULL;
-        params[i] = &values[i];
     }
     for (Py_ssize_t i = 0; i < self->n_tail; i++) {
         values[self->n + i] = self->tail[i];
@@ -91,11 +101,13 @@ static PyObject *new_launcher(PyObject *module, PyObject *args) {
     int ex;
     unsigned int grid[3], block[3], shared;
     Py_ssize_t n;
-    PyObject *tail, *pointer_of, *on_error, *keep;
-    if (!PyArg_ParseTuple(args, "KpK(III)(III)IKnO!OOO:launcher", &driver_fn, &ex, &function, &grid[0], &grid[1],
+    PyObject *tail, *pointer_of, *on_error, *keep, *kinds = NULL;
+    if (!PyArg_ParseTuple(args, "KpK(III)(III)IKnO!OOO|O!:launcher", &driver_fn, &ex, &function, &grid[0], &grid[1],
                           &grid[2], &block[0], &block[1], &block[2], &shared, &stream, &n, &PyTuple_Type, &tail,
-                          &pointer_of, &on_error, &keep))
+                          &pointer_of, &on_error, &keep, &PyBytes_Type, &kinds))
         return NULL;
+    if (kinds != NULL && PyBytes_Size(kinds) != n)
+        return PyErr_Format(PyExc_ValueError, "launcher: %zd kinds for %zd parameters", PyBytes_Size(kinds), n);
     Py_ssize_t n_tail = PyTuple_Size(tail);
     if (driver_fn == 0 || n < 0 || n_tail > MAX_TAIL || n + n_tail > MAX_PARAMS)
         return PyErr_Format(PyExc_ValueError, "launcher: no driver function, or %zd + %zd parameters (at most %d + %d)",
@@ -121,8 +133,9 @@ static PyObject *new_launcher(PyObject *module, PyObject *args) {
     self->n = n;
     self->n_tail = n_tail;
     memcpy(self->tail, tail_values, sizeof tail_values);
-    Py_INCREF(pointer_of), Py_INCREF(on_error), Py_INCREF(keep);
-    self->pointer_of = pointer_of, self->on_error = on_error, self->keep = keep;
+    Py_INCREF(pointer_of), Py_INCREF(on_error), Py_INCREF(keep), Py_XINCREF(kinds);
+    self->pointer_of = pointer_of, self->on_error = on_error, self->keep = keep, self->kinds = kinds;
+    self->kind = kinds != NULL ? PyBytes_AsString(kinds) : NULL;
     PyObject *bound = PyCFunction_NewEx(&launch_def, (PyObject *)self, NULL);
     Py_DECREF(self);
     return bound;
@@ -134,6 +147,7 @@ static void launcher_dealloc(PyObject *self_) {
     Py_XDECREF(self->pointer_of);
     Py_XDECREF(self->on_error);
     Py_XDECREF(self->keep);
+    Py_XDECREF(self->kinds);
     PyObject_Free(self_);
     Py_DECREF(type);
 }
@@ -143,7 +157,8 @@ static PyType_Spec launcher_spec = {"_launch.Launcher", sizeof(Launcher), 0, Py_
 
 static PyMethodDef methods[] = {
     {"launcher", new_launcher, METH_VARARGS,
-     "launcher(driver_fn, ex, function, grid, block, shared, stream, n, tail, pointer_of, on_error, keep) -> launch"},
+     "launcher(driver_fn, ex, function, grid, block, shared, stream, n, tail, pointer_of, on_error, keep[, kinds])"
+     " -> launch"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_launch", "aotcombo's kernel launcher in C.", -1,

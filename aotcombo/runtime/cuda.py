@@ -14,8 +14,8 @@ else ``_ctypes_launcher``. Both take the same arguments and raise the same error
 The C one holds everything but the tensors' pointers; a launch asks each tensor for its
 ``data_ptr()`` and calls cuLaunchKernel(Ex) directly, the parameter values on the C
 stack, so concurrent launches never share them (host costs of both launchers:
-benchmarks/launch_overhead.py). It takes pointer parameters only: a kernel with number
-parameters launches through ctypes.
+benchmarks/launch_overhead.py). It takes pointer and integer parameters (a dynamic
+batch's sizes): a kernel with a floating-point parameter launches through ctypes.
 
 The ctypes one prebuilds everything but the parameter values; a launch packs the
 arguments' ``data_ptr()`` into the parameter storage and makes a single foreign call,
@@ -255,17 +255,23 @@ def _slots_launch(driver: _Driver, call: tuple, storage: list, n: int):
     return launch
 
 
+_INTEGERS = {"i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64"}
+
+
 def _native_launcher(kernel: Kernel, stream: int, scratch: list[int], keep_alive):
-    """``launch(*tensors)``: ``kernel`` on ``stream`` through the C launcher (``_launch.c``);
-    through ctypes when it is not there or the kernel has number parameters."""
-    if _launch is None or any(k != "ptr" for k in kernel.params):
+    """``launch(*args)``: ``kernel`` on ``stream`` through the C launcher (``_launch.c``), tensors
+    and integers (a dynamic batch's sizes); through ctypes when it is not there or the kernel has
+    floating-point parameters."""
+    if _launch is None or any(k != "ptr" and k not in _INTEGERS for k in kernel.params):
         return _ctypes_launcher(kernel, stream, scratch, keep_alive)
     driver = kernel.driver
     ex = driver.launch_ex is not None
     cu_launch = driver.launch_ex if ex else driver.launch
+    kinds = bytes(b"p"[0] if k == "ptr" else b"i"[0] for k in kernel.params)
     return _launch.launcher(ctypes.cast(cu_launch, c_void_p).value, ex, kernel.function, kernel.grid,
                             (kernel.block, 1, 1), kernel.shared, stream, len(kernel.params), tuple(scratch),
-                            torch.Tensor.data_ptr, functools.partial(driver.check, cu_launch.__name__), keep_alive)
+                            torch.Tensor.data_ptr, functools.partial(driver.check, cu_launch.__name__), keep_alive,
+                            kinds)
 
 
 try:
