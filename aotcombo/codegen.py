@@ -223,7 +223,7 @@ def _op_call(op: str) -> str:
     return f"{prefix}.{name}.{overload}"
 
 
-def _op_line(op, combo_index: dict[str, int], combos: dict[str, Combo]) -> str:
+def _op_line(op, combos: dict[str, tuple[int, Combo]]) -> str:
     if isinstance(op, g.Alloc):
         s = op.spec
         return f"{op.out} = empty_strided({_expr(s.shape)}, {_expr(s.stride)}, dtype=torch.{s.dtype}, device=device)"
@@ -239,9 +239,9 @@ def _op_line(op, combo_index: dict[str, int], combos: dict[str, Combo]) -> str:
         call = f"{_op_call(op.op)}({', '.join(args)})"
         return f"{op.out} = {call}" if op.out else call
     if isinstance(op, ComboLaunch):
-        combo = combos[op.combo]
+        index, combo = combos[op.combo]
         args = [grid_expr(combo)] if combo.dynamic else []
-        return f"kernels[{combo_index[op.combo]}]({', '.join(args + [a.name for a in op.args])})"
+        return f"kernels[{index}]({', '.join(args + [a.name for a in op.args])})"
     raise TypeError(op)
 
 
@@ -283,7 +283,7 @@ def _structure_expr(structure: tuple, leaves) -> str:
 
 def render_program(plan: Plan, structure: tuple, name: str) -> str:
     graph = plan.graph
-    combo_index = {c.name: i for i, c in enumerate(plan.combos)}
+    combos = {c.name: (i, c) for i, c in enumerate(plan.combos)}
     return render(
         "program.py.j2",
         name=name,
@@ -292,7 +292,7 @@ def render_program(plan: Plan, structure: tuple, name: str) -> str:
         n_externs=plan.extern_calls,
         inputs=[i.name for i in sorted((i for i in graph.inputs if i.kind == "user"), key=lambda i: i.key)],
         weights=[i.name for i in graph.inputs if i.kind == "weight"],
-        body=[_op_line(op, combo_index, {c.name: c for c in plan.combos}) for op in plan.ops]
+        body=[_op_line(op, combos) for op in plan.ops]
         + [f"{name}.copy_({graph.outputs[i]})" for name, i in graph.mutations],
         result=_structure_expr(structure, iter(graph.user_outputs)),
     )

@@ -146,14 +146,12 @@ class GetItem:
 class Scalar:
     """An integer computed at run time from the input sizes (a dynamic batch):
     ``out = size(args[0], args[1])`` (``fn == "size"``), else ``out = fn(*args)`` with ``fn``
-    one of ``SCALAR_FUNCTIONS``; args are ``Ref``s to tensors or scalars, and ints."""
+    one of add, sub, mul, floordiv, mod, neg, max, min, sum; args are ``Ref``s to tensors or
+    scalars, and ints."""
 
     out: str
     fn: str
     args: tuple
-
-
-SCALAR_FUNCTIONS = ("size", "add", "sub", "mul", "floordiv", "mod", "neg", "max", "min", "sum")
 
 
 @dataclass(frozen=True)

@@ -494,10 +494,10 @@ def build_package(
     parallel = jobs or compiler.default_jobs()
 
     shapes, batch_info = _shapes(model, inputs, batch, pad, make_inputs, dynamic, reporter)
-    symbolic = batch_info and "range" in batch_info and (tuple(batch_info["inputs"]), *batch_info["range"])
+    symbolic = (tuple(batch_info["inputs"]), *batch_info["range"]) if batch_info and "range" in batch_info else None
     variants: list[Variant] = []
     weights = None
-    keys = {b: _trace_keys(model, shape_inputs, archs, cache, model_file, reporter, symbolic or None)
+    keys = {b: _trace_keys(model, shape_inputs, archs, cache, model_file, reporter, symbolic)
             for b, shape_inputs in shapes.items()}
     steps = [(b, a) for b in shapes for a in archs]
     with tempfile.TemporaryDirectory(prefix="aotcombo-build-") as tmp:
@@ -506,7 +506,7 @@ def build_package(
             for index, (b, a) in enumerate(steps):
                 where = f"sm_{a}" if b is None else f"batch {b}, sm_{a}"
                 graph, shape_weights, structure, cached = _trace(model, shapes[b], a, cache, keys[b][a], reporter,
-                                                                 where, symbolic or None)
+                                                                 where, symbolic)
                 if weights is not None and list(shape_weights) != list(weights):
                     raise UnsupportedModelError(f"{where}: the traced graph takes other weights than batch "
                                                 f"{variants[0].batch}'s", fix="build each batch size apart")

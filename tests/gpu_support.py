@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import threading
 
 import torch
 from torch.utils import _pytree
@@ -25,6 +26,24 @@ def fresh_like(t: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
             out = torch.randn(t.shape, generator=generator, dtype=torch.float64, device=t.device) * (std or 1.0)
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(out)
     return t.clone()
+
+
+def run_threads(worker, count: int = 2) -> None:
+    """``worker(i)`` in ``count`` threads at once; fails with every exception they raised."""
+    failures = []
+
+    def run(i):
+        try:
+            worker(i)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            failures.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures
 
 
 def relative_error(got, ref) -> float:

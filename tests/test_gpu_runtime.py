@@ -6,7 +6,6 @@ Run on the device machine through ``scripts/gpu_check.sh`` (the wheels on PYTHON
 
 from __future__ import annotations
 
-import threading
 
 import pytest
 import torch
@@ -14,7 +13,7 @@ from torch.utils import _pytree
 
 from aotcombo.modelfile import load_model_file
 
-from gpu_support import SAMPLES, TOLERANCE, compare, fresh_like, import_package
+from gpu_support import SAMPLES, TOLERANCE, compare, fresh_like, import_package, run_threads
 
 pytestmark = pytest.mark.gpu
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
@@ -191,25 +190,17 @@ def test_two_threads_two_streams(sample, mode, calls=100):
     refs = [[_eager(model, inputs) for inputs in thread_sets] for thread_sets in sets]
     tolerances = [TOLERANCE.get(r.dtype, 0.0) for r in _leaves(refs[0][0])]
     torch.cuda.synchronize()
-    errors, failures = [[], []], []
+    errors = [[], []]
 
     def worker(i):
-        try:
-            stream = torch.cuda.Stream()
-            with torch.cuda.stream(stream):
-                for j in range(calls):
-                    k = j % len(sets[i])
-                    errors[i].append(_errors_on_gpu(loaded(*sets[i][k]), refs[i][k]))
-            stream.synchronize()
-        except Exception as e:  # noqa: BLE001 (reported below)
-            failures.append(e)
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            for j in range(calls):
+                k = j % len(sets[i])
+                errors[i].append(_errors_on_gpu(loaded(*sets[i][k]), refs[i][k]))
+        stream.synchronize()
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not failures, failures
+    run_threads(worker)
     for i in range(2):
         assert len(errors[i]) == calls
         worst = torch.stack([torch.stack(e) for e in errors[i]]).max(dim=0).values.tolist()
@@ -237,24 +228,15 @@ def test_two_devices(mode):
         outs = [loaded[d](*inputs[d]) for d in range(2)]
         for d in range(2):
             _check(name, outs[d], _eager(models[d], inputs[d]), f" (cuda:{d}, trial {trial})")
-    failures = []
 
     def worker(d):  # and concurrently, a thread per device
-        try:
-            with torch.cuda.device(d):
-                x = [fresh_like(t, torch.Generator().manual_seed(d)).to(f"cuda:{d}") for t in example]
-                ref = _eager(models[d], x)
-                for _ in range(20):
-                    _check(name, loaded[d](*x), ref, f" (thread on cuda:{d})")
-        except Exception as e:  # noqa: BLE001 (reported below)
-            failures.append(e)
+        with torch.cuda.device(d):
+            x = [fresh_like(t, torch.Generator().manual_seed(d)).to(f"cuda:{d}") for t in example]
+            ref = _eager(models[d], x)
+            for _ in range(20):
+                _check(name, loaded[d](*x), ref, f" (thread on cuda:{d})")
 
-    threads = [threading.Thread(target=worker, args=(d,)) for d in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not failures, failures
+    run_threads(worker)
 
 
 # --- the C launcher (_launch.abi3.so in the wheel, built on another Python) ------------------------

@@ -16,7 +16,9 @@ import torch
 
 from aotcombo.runtime import Package, check_inputs, choose_variant, cuda, graphs, input_specs, make_guard, package
 from aotcombo.runtime.graphs import GraphModel, StreamOrder, copy_into, flatten, fresh_copies, same_tensors, unflatten
-from aotcombo.runtime.package import Loaded, Model, check_options, default_graphs
+from aotcombo.runtime.package import Loaded, Model, check_options, static_shapes
+
+from gpu_support import run_threads
 
 RUNTIME = Path(__file__).parents[1] / "aotcombo" / "runtime"
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -159,9 +161,9 @@ STATIC = {"name": "m", "inputs": [{"name": "x", "shape": [4, 8], "stride": [8, 1
 DYNAMIC = {"name": "m", "inputs": [{"name": "x", "shape": ["s0", 8], "stride": [8, 1], "dtype": "float32"}]}
 
 
-def test_default_graphs():
-    assert default_graphs(STATIC) and default_graphs({"inputs": []}) and default_graphs({})
-    assert not default_graphs(DYNAMIC)
+def test_static_shapes():
+    assert static_shapes(STATIC) and static_shapes({"inputs": []}) and static_shapes({})
+    assert not static_shapes(DYNAMIC)
 
 
 @pytest.mark.parametrize("graphs, expected", [(None, True), (True, True), (False, False)])
@@ -381,20 +383,13 @@ def test_graph_model_threads():
     errors = []
 
     def worker(i):
-        try:
-            for j in range(100):
-                x = torch.full((4,), float(1000 * i + j))
-                replay = model(x)["y"][0] - 2 * x  # the replay number this call saw, unless calls mixed
-                if not (1 <= replay[0] <= 200 and (replay == replay[0]).all()):
-                    errors.append((i, j, replay))
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append(e)
+        for j in range(100):
+            x = torch.full((4,), float(1000 * i + j))
+            replay = model(x)["y"][0] - 2 * x  # the replay number this call saw, unless calls mixed
+            if not (1 <= replay[0] <= 200 and (replay == replay[0]).all()):
+                errors.append((i, j, replay))
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(worker)
     assert not errors and graph.replays == 200
 
 
@@ -733,25 +728,17 @@ def test_package_runs(tmp_path, monkeypatch, variant, graphs):
     with pytest.raises(ValueError, match=r"input 0 \('x'\): expected shape"):
         model(x[:, :255])
 
-    results, errors = {}, []
+    results = {}
 
     def worker(i):
-        try:
-            stream = torch.cuda.Stream()
-            with torch.cuda.stream(stream):
-                xs = [torch.full((64, 256), float(i * 100 + j), device="cuda") for j in range(50)]
-                outs = [model(xi) for xi in xs]
-            stream.synchronize()
-            results[i] = all(torch.equal(o, xi + w.cuda()) for o, xi in zip(outs, xs))
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append(e)
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            xs = [torch.full((64, 256), float(i * 100 + j), device="cuda") for j in range(50)]
+            outs = [model(xi) for xi in xs]
+        stream.synchronize()
+        results[i] = all(torch.equal(o, xi + w.cuda()) for o, xi in zip(outs, xs))
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    run_threads(worker)
     assert results == {0: True, 1: True}
     if not graphs:
         assert len(model._bound) >= 2  # one bound list per stream

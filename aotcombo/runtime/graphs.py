@@ -141,7 +141,7 @@ class GraphModel:
         self.name, self.variant, self.device, self.weights = model.name, model.variant, model.device, model.weights
         self._model, self._graph, self._inputs, self._guard = model, graph, inputs, model._guard
         self._outputs, self._spec = flatten(outputs)
-        self._mutated = self.mutated = getattr(model, "mutated", ())
+        self.mutated = getattr(model, "mutated", ())
         self.copy_outputs, self._lock = copy_outputs, lock or threading.Lock()
         self._order = order or StreamOrder.on(model.device)
 
@@ -161,20 +161,20 @@ class GraphModel:
         return same_tensors(inputs, self._inputs)
 
     def __call__(self, *inputs):
-        if self._guard is not None and not same_tensors(inputs, self._inputs):
+        fresh = not self.holds(inputs)
+        if fresh and self._guard is not None:
             self._guard(inputs)
-        return self.replay_checked(inputs)
+        return self.replay_checked(inputs, fresh)
 
-    def replay_checked(self, inputs: tuple):
-        """A call on inputs known to pass the guard."""
-        fresh = not same_tensors(inputs, self._inputs)
+    def replay_checked(self, inputs: tuple, fresh: bool):
+        """A call on inputs known to pass the guard; ``fresh``: not the static inputs themselves."""
         with self._lock:
             self._order.join()
             if fresh:
                 copy_into(self._inputs, inputs)
             self._graph.replay()
             if fresh:  # the graph updated its static copy of an input the model mutates: hand it back
-                for i in self._mutated:
+                for i in self.mutated:
                     inputs[i].copy_(self._inputs[i])
             outputs = fresh_copies(self._outputs) if self.copy_outputs else self._outputs
         return unflatten(self._spec, outputs)
@@ -206,12 +206,13 @@ class GraphPerSize:
             graph = self._graphs.get(inputs[self._first].shape[0])
         except (IndexError, AttributeError):  # the guard names what is wrong
             graph = None
-        if graph is None or not graph.holds(inputs):  # a graph's own static inputs need no check
+        fresh = graph is None or not graph.holds(inputs)
+        if fresh:  # a graph's own static inputs need no check
             if self._guard is not None:
                 self._guard(inputs)
             if graph is None:
                 graph = self._capture(inputs[self._first].shape[0])
-        return graph.replay_checked(inputs)
+        return graph.replay_checked(inputs, fresh)
 
     def static_inputs(self, batch: int) -> tuple:
         """The input tensors of batch size ``batch``'s graph (captured now if it is not yet):
@@ -266,5 +267,5 @@ class _Unchecked:
     def holds(self, inputs) -> bool:
         return False
 
-    def replay_checked(self, inputs):
+    def replay_checked(self, inputs, fresh: bool = True):
         return self._model.run(inputs)

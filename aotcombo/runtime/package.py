@@ -51,7 +51,7 @@ def choose_variant(manifest: dict, arch: int, device_name: str | None = None) ->
                        f"{device} is sm_{arch}: rebuild with --arch sm_{arch}")
 
 
-def default_graphs(manifest: dict) -> bool:
+def static_shapes(manifest: dict) -> bool:
     """Whether every input shape is static (else a dynamic batch: a graph per batch size)."""
     return all(isinstance(d, int) for i in manifest.get("inputs", []) for d in i["shape"])
 
@@ -99,7 +99,6 @@ class Model:
         self.mutated = loaded.mutated
         self._guard = make_guard(self._specs, self.device, loaded.batch_range) if check_inputs else None
         self.batch_range = loaded.batch_range
-        self._dynamic = loaded.batch_range is not None
         self._index, self._bound, self._static = self.device.index, {}, None
 
     def __call__(self, *inputs):
@@ -130,7 +129,7 @@ class Model:
 
     def static_inputs(self) -> tuple:
         """Input tensors made once, as in graph mode; here a call reads any inputs in place."""
-        if self._dynamic:
+        if self.batch_range is not None:
             raise ValueError(f"{self.name} has a dynamic batch: its inputs have no one static shape")
         if self._static is None:
             self._static = allocate(self._specs, self.device)
@@ -183,24 +182,26 @@ class Package:
         ``check_inputs=False``: skip the per-call input guards. A package built for several
         batch sizes returns a ``BucketedModel``, which loads each bucket at its first call.
         """
-        capture = check_options(self.manifest, graphs, copy_outputs, check_inputs)
+        check_options(self.manifest, graphs, copy_outputs, check_inputs)
         index = _device_index(device)
         batch = self.manifest.get("batch")
         if batch is not None and "sizes" in batch:
             names = [i["name"] for i in self.manifest["inputs"]]
             return BucketedModel(self.manifest["name"], torch.device("cuda", index),
-                                 lambda size: self._model(index, str(size), capture, graphs, copy_outputs,
-                                                          check_inputs), batch, names)
-        return self._model(index, None, capture, graphs, copy_outputs, check_inputs)
+                                 lambda size: self._model(index, str(size), graphs, copy_outputs, check_inputs),
+                                 batch, names)
+        return self._model(index, None, graphs, copy_outputs, check_inputs)
 
-    def _model(self, index: int, bucket: str | None, capture: bool, graphs, copy_outputs, check_inputs):
+    def _model(self, index: int, bucket: str | None, graphs: bool | None, copy_outputs: bool, check_inputs: bool):
+        """The model of one input shape on a device: op by op when ``graphs`` is False, else in
+        graph mode (``graphs=True``: a failed capture raises; None: it falls back to op by op)."""
         with self._lock:
             if (index, bucket) not in self._loaded:
                 self._loaded[index, bucket] = self._load(index, bucket)
         model = Model(self._loaded[index, bucket], check_inputs)
-        if not capture:
+        if graphs is False:
             return model
-        if not default_graphs(self.manifest):  # a dynamic batch: a graph per size, at its first call
+        if not static_shapes(self.manifest):  # a dynamic batch: a graph per size, at its first call
             return GraphPerSize(model, copy_outputs, strict=bool(graphs))
         try:
             return GraphModel.capture(model, copy_outputs)
