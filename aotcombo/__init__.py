@@ -2,35 +2,47 @@
 
     import aotcombo
     wheel = aotcombo.build(model, example_inputs, arch=["sm_80", "sm_90"], name="mymodel", out="dist")
+    wheel = aotcombo.build(model, example_inputs, shapes=aotcombo.Buckets((1, 2, 4, 8), pad=True))
     info = aotcombo.inspect(wheel)          # archs, kernels, combos, launches per forward, ...
 
-``aotcombo.build(...)`` returns the wheel's path; ``aotcombo.build_package(...)``
-takes the same arguments and returns the detailed ``BuildResult``. Importing
+``aotcombo.build(...)`` returns the path of the wheel that installs anywhere;
+``aotcombo.build_package(...)`` takes the same arguments and returns the detailed
+``BuildResult`` (every wheel written, the manifest, plans, sources, timings). Shape modes:
+``Static()`` (the default), ``Buckets(sizes, pad=False)``, ``Dynamic(min, max)``. Importing
 ``aotcombo`` is cheap: torch, triton and Inductor load on first use.
 """
 
 __version__ = "0.1.0"
 
-__all__ = ["build", "build_package", "inspect", "BuildResult", "BuildError", "__version__"]
+__all__ = ["build", "build_package", "inspect", "BuildResult", "BuildError", "Static", "Buckets", "Dynamic",
+           "__version__"]
+
+_LAZY = {
+    "build_package": (".builder.pipeline", "build_package"),
+    "BuildResult": (".builder.pipeline", "BuildResult"),
+    "inspect": (".tools.inspection", "inspect_package"),
+    "BuildError": (".errors", "BuildError"),
+    "Static": (".runtime.manifest", "Static"),
+    "Buckets": (".runtime.manifest", "Buckets"),
+    "Dynamic": (".runtime.manifest", "Dynamic"),
+}
 
 
-def build(model, example_inputs, *, arch=("sm_80", "sm_90"), name="model", out="dist", **options):
-    """Build a wheel of ``model`` for ``example_inputs``' shapes; returns the wheel's path.
+def build(model, example_inputs, **options):
+    """Build wheels of ``model`` for ``example_inputs``' shapes; returns the pure wheel's path.
 
-    Options are ``pipeline.build_package``'s: dispatch, version, cache, jobs, reporter."""
-    from .pipeline import build_package
+    Options are ``BuildOptions.checked``'s: arch, name, out, version, dispatch, shapes, cache,
+    jobs, native; and ``build_package``'s: reporter, model_file, make_inputs."""
+    from .builder.pipeline import build_package
 
-    return build_package(model, example_inputs, arch=arch, name=name, out=out, **options).wheel
+    return build_package(model, example_inputs, **options).wheel
 
 
 def __getattr__(name):
     # Lazy: ``import aotcombo`` must not import torch.
     import importlib
 
-    if name in ("build_package", "BuildResult"):
-        return getattr(importlib.import_module(".pipeline", __name__), name)
-    if name == "inspect":
-        return importlib.import_module(".inspection", __name__).inspect_package
-    if name == "BuildError":
-        return importlib.import_module(".errors", __name__).BuildError
+    if name in _LAZY:
+        module, attribute = _LAZY[name]
+        return getattr(importlib.import_module(module, __name__), attribute)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

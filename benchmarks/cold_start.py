@@ -64,8 +64,8 @@ if a["kind"] != "import":
     torch.cuda.synchronize()
     T["load"] = time.time()
     inputs = []
-    for s in package.manifest["inputs"]:
-        t = torch.empty_strided(s["shape"], s["stride"], dtype=getattr(torch, s["dtype"]), device="cuda")
+    for s in package.manifest.inputs:
+        t = torch.empty_strided(s.shape, s.stride, dtype=getattr(torch, s.dtype), device="cuda")
         inputs.append(t.uniform_() if t.is_floating_point() else t.zero_())
     out = model(*inputs)
     torch.cuda.synchronize()

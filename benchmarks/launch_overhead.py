@@ -14,7 +14,7 @@ stream 0, unless the name says "side stream": a stream made by torch.cuda.Stream
 
   aotcombo_c           our runtime's C launcher (_launch.c): cuda._native_launcher(...)(*tensors)
   aotcombo_c_by_name   the same, asking each tensor for data_ptr by method name, not descriptor
-  aotcombo_ctypes      our runtime's ctypes launcher: cuda._ctypes_launcher(...)(*tensors)
+  aotcombo_ctypes      our runtime's ctypes launcher: cuda.ctypes_launcher(...)(*tensors)
   triton_grid          Triton's CompiledKernel as user code calls it: compiled[grid](*tensors)
   triton_run           Triton's launcher with everything prebuilt: compiled.run(grid..., stream, ...)
   ctypes_typed         cuLaunchKernel through ctypes with argtypes, Python ints, prebuilt kernelParams
@@ -201,17 +201,11 @@ def launchers(rt, compiled, tensors, stream: int, side_stream: int, loop_lib) ->
     cases = {}
     native = getattr(cuda, "_launch", None)
     if native is not None:
-        cases["aotcombo_c"] = (cuda._native_launcher(kernel, stream, [0, 0], None), tensors)
-        cases["aotcombo_c_side_stream"] = (cuda._native_launcher(kernel, side_stream, [0, 0], None), tensors)
-        d = kernel.driver
-        ex = d.launch_ex is not None
-        address = ctypes.cast(d.launch_ex if ex else d.launch, c_void_p).value
-        cases["aotcombo_c_by_name"] = (native.launcher(address, ex, function, (1, 1, 1), (kernel.block, 1, 1),
-                                                       kernel.shared, stream, len(tensors), (0, 0), "data_ptr",
-                                                       print, None), tensors)
+        cases["aotcombo_c"] = (cuda.native_launcher(kernel, stream, [0, 0], None), tensors)
+        cases["aotcombo_c_side_stream"] = (cuda.native_launcher(kernel, side_stream, [0, 0], None), tensors)
     else:
         cases["aotcombo_c"] = (None, f"no C launcher in {cuda.__name__}")
-    cases["aotcombo_ctypes"] = (cuda._ctypes_launcher(kernel, stream, [0, 0], None), tensors)
+    cases["aotcombo_ctypes"] = (cuda.ctypes_launcher(kernel, stream, [0, 0], None), tensors)
 
     grid_runner = compiled[(1, 1, 1)]
     cases["triton_grid"] = (grid_runner, tensors)
@@ -308,8 +302,7 @@ def bench_guards(rt, samples) -> dict:
     device = torch.device("cuda", torch.cuda.current_device())
     for count, shape, dtype in ((1, (4, 256, 768), torch.bfloat16), (256, (1000,), torch.float32)):
         tensors = tuple(torch.empty(shape, dtype=dtype, device=device) for _ in range(count))
-        specs = rt.input_specs([{"name": f"x{i}", "shape": list(shape), "stride": list(t.stride()),
-                                 "dtype": str(dtype).split(".")[1], "align": 16} for i, t in enumerate(tensors)])
+        specs = [rt.InputSpec(f"x{i}", dtype, tuple(shape), t.stride(), 16, False) for i, t in enumerate(tensors)]
         guard = rt.make_guard(specs, device)
         per_sample = max(10, 20000 // count)
         results[str(count)] = {
@@ -334,8 +327,8 @@ MODES = {  # mode -> (load options, static inputs); a mode ending in _ctypes for
 
 def _inputs(manifest) -> tuple:
     out = []
-    for spec in manifest["inputs"]:
-        t = torch.empty_strided(spec["shape"], spec["stride"], dtype=getattr(torch, spec["dtype"]), device="cuda")
+    for spec in manifest.inputs:
+        t = torch.empty_strided(spec.shape, spec.stride, dtype=getattr(torch, spec.dtype), device="cuda")
         out.append(t.normal_() if t.is_floating_point() else t.zero_())
     return tuple(out)
 
@@ -353,7 +346,7 @@ def bench_calls(names, calls_per_sample, samples) -> dict:
         default = cuda.launcher
         row["launcher"] = default.__name__
         for mode, (options, static) in MODES.items():
-            cuda.launcher = cuda._ctypes_launcher if mode.endswith("_ctypes") else default  # read at bind
+            cuda.launcher = cuda.ctypes_launcher if mode.endswith("_ctypes") else default  # read at bind
             try:
                 model = package.load("cuda", **options)
                 args = model.static_inputs() if static else inputs

@@ -4,8 +4,7 @@
 
 The four sample models (sm_80, sm_90); unless --samples-only, each sample again
 with batch buckets (<sample>_buckets: --batch 1,2,4,8,16,32 --pad) and with a
-dynamic batch (<sample>_dynamic: --dynamic batch=1:256) and with the largest bucket
-alone (<sample>_b1: --batch 32, to compare wheel sizes), all sm_90, and one
+dynamic batch (<sample>_dynamic: --dynamic batch=1:256), all sm_90, and one
 package per construct of tests/coverage_models.py named cov_<construct> (sm_90).
 --shapes-only builds just the bucket and dynamic ones.
 """
@@ -20,8 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from aotcombo.pipeline import build_package as build  # noqa: E402
-from aotcombo.modelfile import batch_inputs_function, load_model_file  # noqa: E402
+from aotcombo.builder.pipeline import build_package as build  # noqa: E402
+from aotcombo.builder.modelfile import batch_inputs_function, load_model_file  # noqa: E402
+from aotcombo.runtime.manifest import Buckets, Dynamic  # noqa: E402
 
 SAMPLES = ("branches", "transformer_block", "adam_step", "conv_block")
 BUCKETS = (1, 2, 4, 8, 16, 32)
@@ -33,13 +33,21 @@ def build_shapes(out: Path) -> None:
         path = ROOT / "sample_models" / f"{name}.py"
         model, inputs = load_model_file(path)
         make = batch_inputs_function(path)
-        for suffix, options in (("buckets", dict(batch=BUCKETS, pad=True)), ("dynamic", dict(dynamic=DYNAMIC)),
-                                ("b1", dict(batch=BUCKETS[-1:]))):  # one bucket: the wheel size of 6 against 1
+        for suffix, shapes in (("buckets", Buckets(BUCKETS, pad=True)), ("dynamic", Dynamic(*DYNAMIC))):
             start = time.perf_counter()
             result = build(model, inputs, arch=["sm_90"], name=f"{name}_{suffix}", out=out, make_inputs=make,
-                           **options)
-            print(f"{result.wheel.name}: {time.perf_counter() - start:.1f} s, "
-                  f"{result.wheel.stat().st_size / 1e6:.2f} MB", flush=True)
+                           shapes=shapes)
+            wheel = keep_one(result)
+            print(f"{wheel.name}: {time.perf_counter() - start:.1f} s, {wheel.stat().st_size / 1e6:.2f} MB",
+                  flush=True)
+
+
+def keep_one(result) -> Path:
+    """The wheel pip picks on the GPU machine (the native one; the pure one where none was
+    built): only that one travels."""
+    for wheel in result.wheels[:-1]:
+        wheel.unlink()
+    return result.wheels[-1]
 
 
 def main() -> None:
@@ -55,7 +63,7 @@ def main() -> None:
         start = time.perf_counter()
         model, inputs = load_model_file(ROOT / "sample_models" / f"{name}.py")
         result = build(model, inputs, arch=["sm_80", "sm_90"], name=name, out=out)
-        print(f"{result.wheel.name}: {time.perf_counter() - start:.1f} s", flush=True)
+        print(f"{keep_one(result).name}: {time.perf_counter() - start:.1f} s", flush=True)
     if args.samples_only:
         return
     build_shapes(out)
@@ -64,7 +72,7 @@ def main() -> None:
     for name, factory in {**coverage_models.SUPPORTED, **coverage_models.RANDOM}.items():
         model, inputs = factory()
         result = build(model.eval(), inputs, arch=["sm_90"], name=f"cov_{name}", out=out)
-        print(result.wheel.name, flush=True)
+        print(keep_one(result).name, flush=True)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import coverage_models  # noqa: E402
 
-from aotcombo import graph as g, inductor_bridge, plan  # noqa: E402
+from aotcombo.builder import graph as g, inductor as inductor_bridge, plan  # noqa: E402
 from aotcombo.errors import BuildError  # noqa: E402
 
 NOTES = {
@@ -26,6 +26,7 @@ NOTES = {
     "attention": "FlashAttention (bf16, sm_80+)",
     "attention_fp32_mask": "memory-efficient attention",
     "aten_fallback": "aten op called through torch.ops.aten",
+    "mixed_order_reduction": "one kernel, then aten.sum of its partial results",
     "data_dependent_shape": "build error naming the model line (exit 4)",
     "host_sync_item": "build error naming the model line (exit 4)",
     "random_ops": "seeds from torch's CUDA generator (torch.cuda.manual_seed)",

@@ -1,13 +1,22 @@
-"""Shared test setup: ``gpu`` tests are skipped on machines without a CUDA GPU."""
+"""Shared test setup: ``gpu`` tests are skipped on machines without a CUDA GPU;
+``slow`` tests (whole zoo models under Triton's interpreter, minutes each on 2
+cores) run only when asked for: ``pytest -m slow`` or ``AOTCOMBO_SLOW=1``."""
+
+import os
 
 import pytest
 import torch
 
 
 def pytest_collection_modifyitems(config, items):
-    if torch.cuda.is_available():
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU (run scripts/gpu_check.sh on the device machine)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+    if os.environ.get("AOTCOMBO_SLOW") == "1" or "slow" in (config.getoption("-m") or ""):
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (run scripts/gpu_check.sh on the device machine)")
+    skip_slow = pytest.mark.skip(reason="slow: run with -m slow or AOTCOMBO_SLOW=1")
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        if "slow" in item.keywords:
+            item.add_marker(skip_slow)

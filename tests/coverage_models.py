@@ -74,6 +74,13 @@ def split_reduction():
     return Lambda(lambda m, x: (x.sum(), x.abs().max())), (_randn(1 << 20),)
 
 
+def mixed_order_reduction():
+    """One tensor reduced along both dims: Inductor fuses the two into one kernel that
+    leaves partial column sums in a workspace, and sums those in its wrapper (sizes at
+    its thresholds: 5 Mi elements, rows >= 4096 and >= 2x the columns)."""
+    return Lambda(lambda m, x: (x.sum(0), x.sum(1))), (_randn(8192, 640),)
+
+
 def welford():
     def fn(m, x, w, b):
         var, mean = torch.var_mean(x, dim=-1)
@@ -246,7 +253,7 @@ SUPPORTED = {
     f.__name__: f
     for f in (
         pointwise_1d, pointwise_2d_transposed, pointwise_3d_permuted, broadcasting, dtype_mix, zero_dim,
-        reductions, looped_inner_reduction, outer_reduction, split_reduction, welford, batch_norm_eval, scan, sort,
+        reductions, looped_inner_reduction, outer_reduction, split_reduction, mixed_order_reduction, welford, batch_norm_eval, scan, sort,
         many_independent_reductions_and_pointwise, mixed_tiling_combo, inplace_input_mutation, aliasing_outputs,
         as_strided_output, nested_outputs, indexing, scatter_index_put, cat_stack_split_pad, matmuls, convolution,
         attention, attention_fp32_mask, aten_fallback, buffers_and_constants,

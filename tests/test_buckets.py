@@ -10,24 +10,28 @@ import pytest
 import torch
 from torch import nn
 
-from aotcombo import interpret, shapes
+from aotcombo.tools import interpret
+from aotcombo.builder import shapes
 from aotcombo.errors import UsageError
-from aotcombo.pipeline import build_package
+from aotcombo.builder.pipeline import build_package
+from aotcombo.builder import options
 from aotcombo.runtime.buckets import BucketedModel, lookup_table
+from aotcombo.runtime.manifest import Buckets, Dynamic
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_parse_batch_and_dynamic():
-    assert shapes.parse_batch("8, 1,2,2") == [1, 2, 8]
+    assert options.parse_batch("8, 1,2,2") == Buckets((1, 2, 8))
+    assert options.parse_batch([4, 2], pad=True) == Buckets((2, 4), pad=True)
     for bad in ("", "1,x", "0", "1,-4", "70000"):
         with pytest.raises(UsageError):
-            shapes.parse_batch(bad)
-    assert shapes.parse_dynamic("batch=1:256") == (1, 256)
-    assert shapes.parse_dynamic("batch") == (1, shapes.MAX_BATCH)
-    for bad in ("seq=1:4", "batch=4:1", "batch=0:3", "batch=1-4"):
+            options.parse_batch(bad)
+    assert options.parse_dynamic("batch=1:256") == Dynamic(1, 256)
+    assert options.parse_dynamic("batch") == Dynamic(1, options.MAX_BATCH)
+    for bad in ("seq=1:4", "batch=4:1", "batch=0:3", "batch=1-4", "batch=1:1"):
         with pytest.raises(UsageError):
-            shapes.parse_dynamic(bad)
+            options.parse_dynamic(bad)
 
 
 def test_lookup_table():
@@ -98,7 +102,7 @@ class _FakeBucket:
 
 def _bucketed(pad):
     loaded = {}
-    batch = {"sizes": [2, 4], "inputs": [0, 2], "outputs": [0], "pad": pad}  # leaves: y, total
+    batch = Buckets((2, 4), pad, batched_inputs=(0, 2), batched_outputs=(0,))  # leaves: y, total
     model = BucketedModel("m", torch.device("cpu"), lambda s: loaded.setdefault(s, _FakeBucket(s)), batch,
                           ["x", "bias", "counter"])
     return model, loaded
@@ -147,17 +151,21 @@ def test_bucketed_build_matches_eager_in_every_bucket(tmp_path):
     torch.manual_seed(0)
     model = Small().eval()
     make = lambda b: (torch.randn(b, 8, 16), torch.rand(16) + 0.5)  # noqa: E731
-    result = build_package(model, make(4), arch=["sm_90"], name="small", out=tmp_path, batch=[1, 3, 4],
-                           pad=True, make_inputs=make, cache=False, jobs=1)
+    result = build_package(model, make(4), arch=["sm_90"], name="small", out=tmp_path,
+                           shapes=Buckets((1, 3, 4), pad=True), make_inputs=make, cache=False, jobs=1)
     m = result.manifest
-    images = m["batch"].pop("images") + m["batch"].pop("images_shared")
-    assert images == 2 * sum(len(v.plan.combos) for v in result.variants)  # a cubin and a PTX each
-    assert m["batch"] == {"dim": 0, "inputs": [0], "outputs": [0, 1], "pad": True, "sizes": [1, 3, 4]}
-    assert sorted(m["buckets"]) == ["1", "3", "4"] and m["inputs"][0]["shape"] == [4, 8, 16]
+    kernels = [k for s in m.specializations for v in s.variants.values() for k in v.kernels]
+    assert len(kernels) == 2 * sum(len(v.plan.combos) for v in result.variants)  # a cubin and a PTX each
+    by_image = {}
+    for k in kernels:  # images stored once by content: one path, one digest
+        assert by_image.setdefault(k.image, k.sha256) == k.sha256
+    assert len(set(by_image.values())) == len(by_image)
+    assert m.shapes == Buckets((1, 3, 4), pad=True, batched_inputs=(0,), batched_outputs=(0, 1))
+    assert [s.batch for s in m.specializations] == [1, 3, 4] and m.inputs[0].shape == (4, 8, 16)
     assert [v.batch for v in result.variants] == [1, 3, 4]
     for index, variant in enumerate(result.variants):
         inputs = make(variant.batch)
-        assert m["buckets"][str(variant.batch)]["inputs"][0]["shape"] == [variant.batch, 8, 16]
+        assert m.specialization(variant.batch).inputs[0].shape == (variant.batch, 8, 16)
         got = interpret.run_variant(result, index, inputs)
         with torch.no_grad():
             ref = model(*inputs)

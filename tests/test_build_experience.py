@@ -22,11 +22,13 @@ import pytest
 import torch
 
 import aotcombo
-from aotcombo import cache as cache_mod
-from aotcombo import compiler
-from aotcombo.pipeline import BuildResult, build_package as build
-from aotcombo.cli import main
-from aotcombo.modelfile import load_model_file
+from aotcombo.builder import cache as cache_mod
+from aotcombo.builder.fingerprint import Uncacheable
+from aotcombo.runtime.manifest import Manifest, ManifestError
+from aotcombo.builder import compiler
+from aotcombo.builder.pipeline import BuildResult, build_package as build
+from aotcombo.tools.cli import main
+from aotcombo.builder.modelfile import load_model_file
 from aotcombo.progress import Reporter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,21 +175,40 @@ def test_wheel_is_normalised(builds):
 
 def test_manifest_has_what_inspect_needs_and_what_the_runtime_reads(builds):
     m = builds[0].manifest
-    for key in ("format", "name", "archs", "ptx_arch", "inputs", "weights", "variants"):
-        assert key in m
-    assert m["weights"] == "weights.pt"
-    assert m["stats"]["launches_uncombined"] == m["stats"]["kernels"] + m["stats"]["extern_calls"]
-    assert m["stats"]["weight_tensors"] == 4 and m["stats"]["weights_bytes"] == (32 * 64 + 64 + 64 * 16 + 16) * 4
+    assert Manifest.from_json(m.to_json()) == m  # the one contract, both ways
+    with zipfile.ZipFile(builds[0].wheel) as zf:
+        assert Manifest.from_json(zf.read("mlp/manifest.json")) == m
+        assert hashlib.sha256(zf.read("mlp/weights.pt")).hexdigest() == m.weights.sha256
+        for k in (k for v in m.specialization().variants.values() for k in v.kernels):
+            assert hashlib.sha256(zf.read(f"mlp/{k.image}")).hexdigest() == k.sha256
+    assert m.weights.file == "weights.pt"
+    assert len(m.weights.tensors) == 4 and m.weights.bytes == (32 * 64 + 64 + 64 * 16 + 16) * 4
+    assert {t.name for t in m.weights.tensors} == {"0.weight", "0.bias", "2.weight", "2.bias"}
     for key in ("sm_90", "ptx"):
-        variant = m["variants"][key]
-        assert variant["schedule"] and variant["stats"]["launches_per_forward"] == len(variant["schedule"])
-        for k in variant["kernels"]:
-            for runtime_key in ("image", "function", "grid", "num_warps", "shared", "params", "global_scratch",
-                                "profile_scratch"):
-                assert runtime_key in k
-            assert isinstance(k["registers"], int) and k["registers"] > 0
-            assert k["local_bytes"] == 0 and isinstance(k["level"], int)
-            assert k["blocks"] and all(b["programs"] >= 1 and b["block"] for b in k["blocks"])
+        variant = m.specialization().variants[key]
+        assert variant.schedule and variant.stats.launches_per_forward == len(variant.schedule)
+        for k in variant.kernels:
+            assert isinstance(k.registers, int) and k.registers > 0
+            assert k.local_bytes == 0 and isinstance(k.level, int)
+            assert k.subs and all(b.programs >= 1 and b.block for b in k.subs)
+
+
+def test_manifest_decoding_names_what_is_wrong(builds):
+    def edited(change):
+        data = json.loads(builds[0].manifest.to_json())
+        change(data)
+        return json.dumps(data)
+
+    for change, message in (
+        (lambda d: d.update(format=1), "manifest format 1; this runtime reads format 2"),
+        (lambda d: d["weights"].update(file_bytes="12"), r"manifest.weights.file_bytes: expected int, got '12'"),
+        (lambda d: d["shapes"].update(mode="ragged"), "manifest.shapes: unknown mode 'ragged'"),
+        (lambda d: d.update(nme=d.pop("name")), "manifest: unknown field 'nme'"),
+        (lambda d: d["specializations"][0]["variants"]["sm_90"].pop("program"), "missing 1 required"),
+        (lambda d: d["specializations"][0]["inputs"][0].update(shape=[1, [2]]), r"inputs\[0\].shape\[1\]"),
+    ):
+        with pytest.raises(ManifestError, match=message):
+            Manifest.from_json(edited(change))
 
 
 def test_corrupt_cache_entries_are_misses(mlp_file, tmp_path):
@@ -303,39 +324,53 @@ def test_trace_key_sees_closures_and_refuses_what_it_cannot_read():
     x = (torch.randn(4),)
     assert cache_mod.trace_key(scaled(2.0), x, 90) == cache_mod.trace_key(scaled(2.0), x, 90)
     assert cache_mod.trace_key(scaled(2.0), x, 90) != cache_mod.trace_key(scaled(3.0), x, 90)
-    with pytest.raises(cache_mod.Uncacheable):
+    with pytest.raises(Uncacheable):
         cache_mod.trace_key(Fn(threading.Lock()), x, 90)
 
 
-def test_parallel_compile_gives_the_same_wheel(mlp_file, tmp_path, builds):
+def _not_here(job, triton_cache_dir=None):
+    raise AssertionError(f"{job.label} was compiled in the main process, not in a worker")
+
+
+def test_parallel_compile_gives_the_same_wheel(mlp_file, tmp_path, builds, monkeypatch):
     model, inputs = load_model_file(mlp_file)
     serial = build(model, inputs, arch=["sm_80", "sm_90"], name="mlp", out=tmp_path / "serial", cache=False, jobs=1)
+    # Every kernel of the parallel build goes to a worker: a pool however small the
+    # build, and nothing compiled here after it broke.
+    monkeypatch.setattr(compiler, "POOL_THRESHOLD_S", 0.0)
+    monkeypatch.setattr(compiler, "run_job", _not_here)
     parallel = build(model, inputs, arch=["sm_80", "sm_90"], name="mlp", out=tmp_path / "parallel", cache=False,
                      jobs=2)
     assert sha256(serial.wheel) == sha256(parallel.wheel)
     assert parallel.cache["kernels_compiled"] == 2 * len(serial.variants[0].plan.combos)
 
 
-@pytest.mark.parametrize("method", ["spawn", "forkserver"])
-def test_scheduler_shares_jobs_between_workers_and_this_process(builds, method):
+def _jobs(builds) -> list:
+    """One of the MLP's kernels for four archs."""
+    from aotcombo.builder import codegen
+
     variant = builds[0].variants[0]
     combo = variant.plan.combos[0]
-    source = variant.sources[combo.name]
-    from aotcombo import codegen
-
     signature, aligned = codegen.combo_signature(combo)
-    jobs = [compiler.Job(f"sm_{arch}/{combo.name}", source, combo.name, tuple(signature.items()), tuple(aligned),
-                         arch, combo.num_warps) for arch in (80, 86, 89, 90)]
+    return [compiler.Job(f"sm_{arch}/{combo.name}", variant.sources[combo.name], combo.name,
+                         tuple(signature.items()), tuple(aligned), arch, combo.num_warps) for arch in (80, 86, 89, 90)]
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_scheduler_compiles_in_workers(builds, method, monkeypatch):
+    jobs = _jobs(builds)
+    expected = {job.label: compiler.run_job(job).cubin for job in jobs}
+    monkeypatch.setattr(compiler, "run_job", _not_here)
     scheduler = compiler.Scheduler(cache_mod.Cache(None), 2, Reporter(quiet=True), None, method=method)
     scheduler.start_pool()
-    scheduler._starter.join()  # the worker is up: jobs go to it from the start
+    scheduler.starting.join()  # the workers are up: each job goes to them as it is added
     for job in jobs:
         scheduler.add(job)
-    handed_out = len(scheduler.futures)
+    futures = list(scheduler.futures)
     results = scheduler.finish()
-    assert handed_out == 1 and scheduler.compiled == 4 and scheduler.pool is None
-    for job in jobs:
-        assert results[job.label].cubin == compiler.run_job(job).cubin
+    assert len(futures) == 4 and not scheduler.queue and all(f.exception() is None for f in futures)
+    assert scheduler.compiled == scheduler.total == 4 and scheduler.pool is None
+    assert {label: binary.cubin for label, binary in results.items()} == expected
 
 
 def test_resource_usage_from_cuobjdump(builds):
@@ -355,7 +390,7 @@ def test_cli_warm_rebuild(mlp_file, cache_dir, tmp_path, builds):
     assert run.returncode == 0, run.stderr
     assert "trace for sm_90: from the build cache" in run.stderr
     assert "1 from the build cache (" in run.stderr
-    wheel = Path(run.stdout.strip())
+    wheel = Path(run.stdout.split()[0])  # the pure wheel first, then the native one
     assert sha256(wheel) == sha256(builds[0].wheel)
 
 
@@ -394,30 +429,91 @@ def test_inspect_json_folder_and_installed_package(builds, tmp_path, monkeypatch
     assert "mlp" not in sys.modules  # found, never imported
 
 
-def _png_pixels(data: bytes):
+def _png_size(data: bytes) -> tuple[int, int]:
+    """Check a PNG's signature and every chunk's CRC; returns (width, height)."""
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    at, chunks = 8, {}
+    at, kinds = 8, []
     while at < len(data):
         (n,) = struct.unpack(">I", data[at: at + 4])
-        kind = data[at + 4: at + 8]
-        chunks.setdefault(kind, b"")
-        chunks[kind] += data[at + 8: at + 8 + n]
-        assert struct.unpack(">I", data[at + 8 + n: at + 12 + n])[0] == zlib.crc32(kind + data[at + 8: at + 8 + n])
+        kind, body = data[at + 4: at + 8], data[at + 8: at + 8 + n]
+        assert struct.unpack(">I", data[at + 8 + n: at + 12 + n])[0] == zlib.crc32(kind + body)
+        kinds.append(kind)
         at += 12 + n
-    width, height, depth, color = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
-    raw = zlib.decompress(chunks[b"IDAT"])
-    assert (depth, color) == (8, 2) and len(raw) == height * (1 + 3 * width)
-    return width, height, raw
+    assert kinds[0] == b"IHDR" and kinds[-1] == b"IEND" and b"IDAT" in kinds
+    return struct.unpack(">II", data[16:24])
 
 
 def test_inspect_png(builds, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from matplotlib.image import imread
+
     png = tmp_path / "partition.png"
     assert main(["inspect", str(builds[0].wheel), "--png", str(png), "-q"]) == 0
-    width, height, raw = _png_pixels(png.read_bytes())
-    assert width >= 600 and height >= 100
-    assert bytes((37, 99, 235)) in raw  # a combo kernel's border
-    assert bytes((20, 20, 20)) in raw  # text
+    assert capsys.readouterr().out == ""  # -q: the image only
+    data = png.read_bytes()
+    width, height = _png_size(data)
+    assert width >= 600 and height >= 100 and len(data) < 1_000_000
+    pixels = imread(png)
+    assert pixels.shape[:2] == (height, width)
+    rgb = (pixels[..., :3] * 255).round().reshape(-1, 3)
+
+    def drawn(colour) -> bool:  # near enough: edges are anti-aliased
+        return bool((abs(rgb - colour).max(axis=1) <= 6).any())
+
+    assert drawn((219, 234, 254)) and drawn((147, 197, 253))  # a combo kernel's box, a sub-kernel in it
+    assert drawn((24, 24, 27)) and drawn((255, 255, 255))  # text on white
+    assert b"Software" not in data and b"matplotlib" not in data.lower()  # no version in the file
+    # deterministic: the same package draws the same bytes
+    again = tmp_path / "again.png"
+    assert main(["inspect", str(builds[0].wheel), "--png", str(again), "-q"]) == 0
+    assert again.read_bytes() == data
     assert main(["inspect", str(builds[0].wheel), "--png", str(tmp_path / "x.png"), "--arch", "sm_75"]) == 2
+    assert main(["inspect", str(builds[0].wheel), "--png", str(tmp_path / "no" / "x.png"), "-q"]) == 7
+
+
+def test_inspect_png_of_a_hundred_launches(builds, tmp_path):
+    """A GPT-2-sized partition (100 launches over 60 levels, long names, a combo of 40
+    kernels) stays a legible, small image: wide enough for its labels, not endless."""
+    pytest.importorskip("matplotlib")
+    from aotcombo.tools.inspection import inspect_package, render_png
+
+    info = inspect_package(builds[0].wheel)
+    variant = info["variants"]["sm_90"]
+    sub = dict(variant["combos"][0]["sub_kernels"][0])
+    combos, schedule = [], []
+    for i in range(60):
+        subs = [dict(sub, kernel=f"triton_per_fused_add_gelu_mul_native_layer_norm_view_{i}_{j}", programs=8 + j)
+                for j in range(40 if i == 30 else 1 + i % 3)]
+        combos.append(dict(variant["combos"][0], name=f"combo_{i}", level=3 * i, sub_kernels=subs))
+        schedule.append({"combo": f"combo_{i}", "level": 3 * i})
+        if i < 40:
+            schedule.append({"extern": "aten::_scaled_dot_product_flash_attention.default", "level": 3 * i})
+    variant.update(combos=combos, schedule=schedule,
+                   stats={"kernels": sum(len(c["sub_kernels"]) for c in combos), "combos": 60, "extern_calls": 40})
+    png = render_png(info, tmp_path / "big.png")
+    data = png.read_bytes()
+    width, height = _png_size(data)
+    assert 800 <= width <= 2000 and 2000 <= height <= 6000 and len(data) < 1_000_000
+
+
+def test_inspect_png_without_matplotlib(builds, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    png = tmp_path / "partition.png"
+    assert main(["inspect", str(builds[0].wheel), "--png", str(png), "-q"]) == 8
+    err = capsys.readouterr().err
+    assert err.startswith("aotcombo: error: cannot inspect: --png needs matplotlib") and "Traceback" not in err
+    assert "fix: pip install 'aotcombo[png]'" in err
+    assert not png.exists()
+
+
+def test_inspect_without_png_never_imports_matplotlib(builds):
+    code = ("import sys; from aotcombo.tools import inspection; "
+            "print(sorted(m for m in ('torch', 'triton', 'matplotlib') if m in sys.modules)); "
+            "from aotcombo.tools.cli import main; main(['inspect', sys.argv[1], '-q']); "
+            "print('matplotlib' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(builds[0].wheel)], capture_output=True, text=True,
+                         check=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT))).stdout.splitlines()
+    assert out[0] == "[]" and out[-1] == "False"
 
 
 def test_cache_command(builds, cache_dir, tmp_path, monkeypatch, capsys):

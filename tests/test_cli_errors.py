@@ -1,7 +1,7 @@
 """Every build failure a user can meet: a one-paragraph message with a fix, its own
 exit status, no traceback, and nothing written to --out.
 
-Most cases run the CLI in-process (``aotcombo.cli.main([...])``); two run it as
+Most cases run the CLI in-process (``aotcombo.tools.cli.main([...])``); two run it as
 a subprocess, end to end (a missing model file, and Ctrl-C during a trace).
 How the harder ones are triggered:
 
@@ -34,9 +34,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from aotcombo import codegen, compiler, package
-from aotcombo import plan as plan_mod
-from aotcombo.cli import main
+from aotcombo.builder import codegen, compiler, wheel as package
+from aotcombo.builder import plan as plan_mod
+from aotcombo.tools.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -176,7 +176,7 @@ def test_missing_build_dependency(capsys, mlp, tmp_path, monkeypatch):
 
 
 def test_missing_build_dependency_in_a_fresh_process(tmp_path):
-    code = ("import sys; sys.modules['jinja2'] = None; from aotcombo.cli import main; "
+    code = ("import sys; sys.modules['jinja2'] = None; from aotcombo.tools.cli import main; "
             f"sys.exit(main(['build', {str(tmp_path / 'm.py')!r}, '--out', {str(tmp_path / 'out')!r}]))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
@@ -427,12 +427,12 @@ def test_workers_leave_with_the_main_process(tmp_path, method):
     script = f"""
 import os, sys
 sys.path.insert(0, {str(ROOT)!r})
-from aotcombo import compiler
-from aotcombo.cache import Cache
+from aotcombo.builder import compiler
+from aotcombo.builder.cache import Cache
 from aotcombo.progress import Reporter
 scheduler = compiler.Scheduler(Cache(None), 2, Reporter(quiet=True), None, method={method!r})
 scheduler.start_pool()
-scheduler._starter.join()
+scheduler.starting.join()
 print(*[p.pid for p in scheduler.pool._processes.values()], flush=True)
 os._exit(0)
 """

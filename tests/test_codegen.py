@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from aotcombo import codegen, graph as g
-from aotcombo.plan import make_plan
+from aotcombo.builder import codegen, graph as g
+from aotcombo.builder.plan import make_plan
 
 from test_plan import Builder, pointwise, reduction
 
@@ -60,6 +60,33 @@ def test_combo_signature_types_and_alignment():
     assert aligned == []
 
 
+def test_a_size_declared_i32_and_i64_is_passed_as_i64_and_cast_back():
+    # Two kernels of one level take the same dynamic size, one as i32 and one as i64.
+    b = Builder()
+    x, y = b.input(), b.input()
+    b.ops.append(g.Scalar("size", "size", (g.Ref(x), 0)))
+    outs = []
+    for name, ty, src in (("narrow", "i32", x), ("wide", "i64", y)):
+        k = pointwise(name)
+        k = g.Kernel(**{**k.__dict__, "signature": tuple((p, ty if p == "xnumel" else t) for p, t in k.signature),
+                        "source": f"@triton.jit\ndef {name}(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):\n"
+                                  "    xoffset = tl.program_id(0) * XBLOCK\n",
+                        "dynamic_numels": ("x",)})
+        out = f"{name}_out"
+        b.ops.append(g.Alloc(out, g.TensorSpec((g.Ref("size"),), (1,), "float32")))
+        b.kernels[name] = k
+        b.ops.append(g.Launch(name, (g.Ref(src), g.Ref(out), g.Ref("size"))))
+        outs.append(out)
+    combo = make_plan(b.graph(outs)).combos[0]
+    assert len(combo.subs) == 2
+    signature, _ = codegen.combo_signature(combo)
+    assert signature["size"] == "i64"
+    source = codegen.render_combo(combo)
+    ast.parse(source)
+    assert "narrow(in_ptr0=arg0_1, out_ptr0=narrow_out, xnumel=size.to(tl.int32)," in source
+    assert "wide(in_ptr0=arg1_1, out_ptr0=wide_out, xnumel=size," in source
+
+
 def test_program_renders_ops_in_plan_order_and_nests_outputs():
     plan = two_kernel_plan()
     structure = ("dict", ("a", "b"), (("leaf",), ("tuple", (("leaf",),))))
@@ -95,9 +122,9 @@ def test_installed_copy_finds_its_templates(tmp_path):
     import sys
 
     probe = (
-        "import aotcombo.codegen as c, sys; "
+        "import aotcombo.builder.codegen as c, sys; "
         "print(c.__file__); print(c.templates_dir()); print(len(c.render('program.py.j2', name='x', version='0', "
-        "n_launches=0, n_externs=0, inputs=['a'], weights=[], body=[], result='a')))"
+        "n_launches=0, n_externs=0, inputs=['a'], weights=[], body=[], result='a', runtime_ops=[])))"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     run = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)

@@ -11,10 +11,13 @@ import pytest
 import torch
 from torch import nn
 
-from aotcombo import interpret
+from aotcombo.tools import interpret
 from aotcombo.errors import UsageError
-from aotcombo.pipeline import build_package
-from aotcombo.runtime.inputs import check_inputs, input_specs, make_guard
+from aotcombo.builder.pipeline import build_package
+from aotcombo.runtime.inputs import check_inputs, make_guard
+from aotcombo.runtime.manifest import Buckets, Dynamic
+
+import manifests
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,19 +41,19 @@ def built(tmp_path_factory):
     model = Mixed().eval()
     make = lambda b: (torch.randn(b, 5, 24), torch.randn(24))  # noqa: E731
     result = build_package(model, make(4), arch=["sm_90"], name="mixed", out=tmp_path_factory.mktemp("dyn"),
-                           dynamic=(1, 300), make_inputs=make, cache=False, jobs=1)
+                           shapes=Dynamic(1, 300), make_inputs=make, cache=False, jobs=1)
     return model, make, result
 
 
 def test_manifest_describes_the_dynamic_batch(built):
     _, _, result = built
     m = result.manifest
-    assert m["batch"] == {"dim": 0, "inputs": [0], "range": [1, 300]}
-    assert m["inputs"][0]["shape"] == ["batch", 5, 24] and m["inputs"][1]["shape"] == [24]
-    kernels = m["variants"]["sm_90"]["kernels"]
-    assert any(k["dynamic_grid"] for k in kernels)
-    assert all(k["params"] and set(k["params"]) <= {"ptr", "i32", "i64"} for k in kernels)
-    assert "buckets" not in m
+    assert m.shapes == Dynamic(1, 300, batched_inputs=(0,))
+    assert m.inputs[0].shape == ("batch", 5, 24) and m.inputs[1].shape == (24,)
+    kernels = m.specialization().variants["sm_90"].kernels
+    assert any(k.dynamic_grid for k in kernels)
+    assert all(k.params and set(k.params) <= {"ptr", "i32", "i64"} for k in kernels)
+    assert len(m.specializations) == 1
 
 
 @pytest.mark.parametrize("batch", [1, 2, 7, 300])
@@ -74,11 +77,11 @@ def test_program_computes_grids_from_the_batch(built):
 
 
 def _specs():
-    return input_specs([
+    return manifests.specs(
         {"name": "x", "dtype": "float32", "shape": ["batch", 5, 24], "stride": [120, 24, 1], "align": 16},
         {"name": "mask", "dtype": "float32", "shape": ["batch"], "stride": [1], "align": 16},
         {"name": "bias", "dtype": "float32", "shape": [24], "stride": [1], "align": 16},
-    ])
+    )
 
 
 def test_dynamic_guard_checks_shape_range_and_agreement():
@@ -108,16 +111,22 @@ def test_dynamic_option_errors(tmp_path):
                               "--out", str(tmp_path / "dist"), *options], capture_output=True, text=True, cwd=ROOT)
         assert run.returncode == 2 and message in run.stderr, (options, run.stderr)
         assert not (tmp_path / "dist").exists()
-    with pytest.raises(UsageError, match="without --batch"):
-        build_package(nn.Identity(), (torch.randn(2, 3),), arch=["sm_90"], out=tmp_path / "x", batch=[1, 2],
-                      dynamic=(1, 4))
+    with pytest.raises(UsageError, match="holds one size"):
+        build_package(nn.Identity(), (torch.randn(2, 3),), arch=["sm_90"], out=tmp_path / "x", shapes=Dynamic(1, 1))
+    with pytest.raises(UsageError, match="no size given"):
+        build_package(nn.Identity(), (torch.randn(2, 3),), arch=["sm_90"], out=tmp_path / "x", shapes=Buckets(()))
 
 
 def test_grid_per_call_binds_one_launcher_per_grid_size():
-    from aotcombo.runtime.package import GridPerCall
+    from aotcombo.runtime.loader import GridPerCall
 
     class FakeKernel:
         grid, binds = (64, 1, 1), []
+
+        def sized(self, grid):
+            sized = FakeKernel()
+            sized.grid = (grid, 1, 1)
+            return sized
 
         def bind(self, stream):
             self.binds.append((self.grid, stream))

@@ -7,7 +7,7 @@ wheels built on the GPU-less machine and runs ``pytest -m gpu``.
 import pytest
 import torch
 
-from aotcombo.modelfile import load_model_file
+from aotcombo.builder.modelfile import load_model_file
 
 from gpu_support import SAMPLES, compare, fresh_like, gpu_kernel_launches, import_package
 

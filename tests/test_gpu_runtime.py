@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils import _pytree
 
-from aotcombo.modelfile import load_model_file
+from aotcombo.builder.modelfile import load_model_file
 
 from gpu_support import SAMPLES, TOLERANCE, compare, fresh_like, import_package, run_threads
 
@@ -83,9 +83,9 @@ def test_graph_is_the_default(sample):
 def block(request):
     package = import_package("transformer_block")
     loaded = package.load("cuda", **MODES[request.param])
-    spec = package.manifest["inputs"][0]
-    x = torch.randn(spec["shape"], dtype=getattr(torch, spec["dtype"]), device="cuda")
-    return loaded, spec["name"], x
+    spec = package.manifest.inputs[0]
+    x = torch.randn(spec.shape, dtype=getattr(torch, spec.dtype), device="cuda")
+    return loaded, spec.name, x
 
 
 def _raises(loaded, inputs, error, message):
@@ -139,7 +139,7 @@ def test_guards_off():
     package = import_package("transformer_block")
     for mode in ("graph_unchecked", "op_by_op_unchecked"):
         loaded = package.load("cuda", **MODES[mode])
-        assert loaded._guard is None
+        assert loaded.guard is None
 
 
 # --- graph mode: which outputs the caller may keep ---------------------------------------
@@ -246,17 +246,17 @@ def test_op_by_op_launches_through_the_c_launcher(sample, monkeypatch):
     package = import_package(name)
     cuda = package._runtime.cuda
     assert cuda._launch is not None, f"{name}'s wheel has no C launcher that imports here"
-    assert cuda.launcher is cuda._native_launcher
+    assert cuda.launcher is cuda.native_launcher
     made = []
 
     def spy(*args):
-        made.append(cuda._native_launcher(*args))
+        made.append(cuda.native_launcher(*args))
         return made[-1]
 
     generator = torch.Generator(device="cuda").manual_seed(11)
     inputs = [fresh_like(t, generator) for t in example]
     ref = _eager(model, inputs)
-    for kind, make in (("C", spy), ("ctypes", cuda._ctypes_launcher)):
+    for kind, make in (("C", spy), ("ctypes", cuda.ctypes_launcher)):
         monkeypatch.setattr(cuda, "launcher", make)  # read when a new model binds, at its first call
         loaded = package.load("cuda", graphs=False)
         for trial in range(2):
@@ -272,10 +272,10 @@ def test_c_launcher_raises_the_drivers_error(sample):
     cuda = package._runtime.cuda
     kernel = copy.copy(package.load("cuda", graphs=False)._kernels[0])
     kernel.block = 4096  # more threads than a block may have: the driver refuses the launch
-    launch = cuda._native_launcher(kernel, torch.cuda.current_stream().cuda_stream, [0, 0], None)
+    launch = cuda.native_launcher(kernel, torch.cuda.current_stream().cuda_stream, [0, 0], None)
     assert type(launch).__name__ == "builtin_function_or_method"
     tensors = [torch.empty(16, device="cuda") for _ in kernel.params]
-    with pytest.raises(cuda.CudaError, match=r"^cuLaunchKernel(Ex)? failed: CUDA_ERROR_INVALID_VALUE"):
+    with pytest.raises(cuda.CudaError, match=r"^cuLaunchKernelEx failed: CUDA_ERROR_INVALID_VALUE"):
         launch(*tensors)
     with pytest.raises(TypeError, match=rf"^kernel takes {len(tensors)} arguments, got {len(tensors) + 1}$"):
         launch(*tensors, tensors[0])

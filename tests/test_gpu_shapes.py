@@ -9,8 +9,8 @@ Wheels: ``scripts/build_wheels.py`` builds ``<sample>_buckets`` and ``<sample>_d
 import pytest
 import torch
 
-from aotcombo import shapes
-from aotcombo.modelfile import batch_inputs_function, load_model_file
+from aotcombo.builder import shapes
+from aotcombo.builder.modelfile import batch_inputs_function, load_model_file
 
 from gpu_support import SAMPLES, compare, fresh_like, import_package
 
@@ -48,7 +48,7 @@ def _check(name, loaded, model, inputs, what):
 def test_buckets_match_eager_at_every_bucket_and_padded_size(sample, graphs):
     name, model, inputs = sample
     package = import_package(f"{name}_buckets")
-    assert package.manifest["batch"]["sizes"] == list(BUCKETS) and package.manifest["batch"]["pad"]
+    assert package.manifest.shapes.sizes == tuple(BUCKETS) and package.manifest.shapes.pad
     loaded = package.load("cuda", graphs=graphs)
     for batch in BUCKETS + (3, 5, 31):  # the buckets, then padded sizes
         _check(name, loaded, model, inputs(batch), f"batch {batch}")
@@ -71,7 +71,7 @@ def test_buckets_load_lazily_and_share_weights(sample):
 def test_dynamic_batch_matches_eager_inside_its_range(sample, graphs):
     name, model, inputs = sample
     package = import_package(f"{name}_dynamic")
-    assert package.manifest["batch"]["range"] == list(DYNAMIC)
+    assert (package.manifest.shapes.min, package.manifest.shapes.max) == tuple(DYNAMIC)
     loaded = package.load("cuda", graphs=graphs)
     for batch in (1, 2, 3, 17, 100, 256, 3):  # 3 again: a replay of the graph captured for it
         _check(name, loaded, model, inputs(batch), f"batch {batch}")

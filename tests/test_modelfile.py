@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from aotcombo.errors import ModelFileError
-from aotcombo.modelfile import load_model_file, run_eager
+from aotcombo.builder.modelfile import load_model_file, run_eager
 
 GOOD = """
 import torch

@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import struct
 import tempfile
-from ctypes import POINTER, c_int, c_uint, c_uint64, c_void_p
+from ctypes import POINTER, c_int, c_uint64, c_void_p
 
 import pytest
 import torch
 
-from aotcombo import native
+from aotcombo.builder import native
 from aotcombo.runtime import cuda
 
 pytestmark = pytest.mark.skipif(native.compiler() is None, reason="no C compiler")
 
-LAUNCH = ctypes.CFUNCTYPE(c_int, c_void_p, *[c_uint] * 7, c_void_p, POINTER(c_void_p), c_void_p)
 LAUNCH_EX = ctypes.CFUNCTYPE(c_int, POINTER(cuda.LaunchConfig), c_void_p, POINTER(c_void_p), c_void_p)
 
 
@@ -31,38 +31,25 @@ def ext(tmp_path_factory):
 
 
 class FakeDriver:
-    """cuLaunchKernel and cuLaunchKernelEx stand-ins that record each call and return ``result``;
-    ``launch``/``launch_ex`` are untyped ctypes function pointers, as cuda._Driver's are."""
+    """A cuLaunchKernelEx stand-in that records each call and returns ``result``; ``launch`` is
+    an untyped ctypes function pointer, as cuda._Driver's is."""
 
-    def __init__(self, count: int, result: int = 0, ex: bool = True):
+    def __init__(self, count: int, result: int = 0):
         self.calls, self.result, self.count = [], result, count
-        self._callbacks = (LAUNCH(self._launch), LAUNCH_EX(self._launch_ex))
-        self.launch, self.launch_ex = (self._untyped(cb, name) for cb, name in
-                                       zip(self._callbacks, ("cuLaunchKernel", "cuLaunchKernelEx")))
-        if not ex:
-            self.launch_ex = None
+        self._callback = LAUNCH_EX(self._launch_ex)
+        self.launch = ctypes.PYFUNCTYPE(c_int)(ctypes.cast(self._callback, c_void_p).value)
+        self.launch.argtypes, self.launch.__name__ = None, "cuLaunchKernelEx"
 
-    @staticmethod
-    def _untyped(callback, name):
-        fn = ctypes.PYFUNCTYPE(c_int)(ctypes.cast(callback, c_void_p).value)
-        fn.argtypes, fn.__name__ = None, name
-        return fn
-
-    def address(self, ex: bool) -> int:
-        return ctypes.cast(self.launch_ex if ex else self.launch, c_void_p).value
-
-    def _record(self, kind, function, grid, block, shared, stream, params, extra):
-        values = [ctypes.cast(params[i], POINTER(c_uint64))[0] for i in range(self.count)]
-        self.calls.append((kind, function, tuple(grid), tuple(block), shared, stream or 0, values, extra))
-        return self.result
-
-    def _launch(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        return self._record("plain", function, (gx, gy, gz), (bx, by, bz), shared, stream, params, extra)
+    @property
+    def address(self) -> int:
+        return ctypes.cast(self.launch, c_void_p).value
 
     def _launch_ex(self, config, function, params, extra):
         c = config.contents
         assert c.attrs is None and c.num_attrs == 0
-        return self._record("ex", function, c.grid, c.block, c.shared, c.stream, params, extra)
+        values = [ctypes.cast(params[i], POINTER(c_uint64))[0] for i in range(self.count)]
+        self.calls.append((function, tuple(c.grid), tuple(c.block), c.shared, c.stream or 0, values, extra))
+        return self.result
 
     def check(self, call: str, result: int) -> None:  # cuda._Driver.check's contract
         if result:
@@ -72,8 +59,14 @@ class FakeDriver:
 def _kernel(driver, n=3, params=None):
     kernel = object.__new__(cuda.Kernel)  # no GPU: the fields bind() and the launchers read
     kernel.driver, kernel.function, kernel.grid, kernel.block, kernel.shared = driver, 0xF00D, (7, 2, 1), 128, 4096
-    kernel.params = params or ["ptr"] * n
+    kernel.params = tuple(params or ["ptr"] * n)
     return kernel
+
+
+def _launcher(ext, driver, kinds=b"ppp", tail=(), pointer_of=torch.Tensor.data_ptr, on_error=None, keep=None,
+              grid=(1, 1, 1), shared=0, stream=0, function=1):
+    return ext.launcher(driver.address, function, grid, (32, 1, 1), shared, stream, tail, pointer_of,
+                        on_error or driver.check, keep, kinds)
 
 
 # --- the build ---------------------------------------------------------------------------
@@ -123,46 +116,32 @@ def test_native_off_by_environment_is_silent(monkeypatch, capsys):
 # --- the extension on its own --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("ex", [True, False])
-def test_driver_gets_grid_block_stream_and_pointers(ext, ex):
+def test_driver_gets_grid_block_stream_and_arguments(ext):
     driver = FakeDriver(count=5)
-    launch = ext.launcher(driver.address(ex), ex, 0xBEEF, (4, 5, 6), (64, 1, 1), 1024, 0xABC, 3, (111, 222),
-                          int, driver.check, None)
+    launch = ext.launcher(driver.address, 0xBEEF, (4, 5, 6), (64, 1, 1), 1024, 0xABC, (111, 222), int,
+                          driver.check, None, b"ppp")
     assert launch(10, 20, 2**64 - 1) is None
-    kind = "ex" if ex else "plain"
-    assert driver.calls == [(kind, 0xBEEF, (4, 5, 6), (64, 1, 1), 1024, 0xABC, [10, 20, 2**64 - 1, 111, 222], None)]
+    assert driver.calls == [(0xBEEF, (4, 5, 6), (64, 1, 1), 1024, 0xABC, [10, 20, 2**64 - 1, 111, 222], None)]
 
 
 def test_tensors_data_pointers(ext):
     driver = FakeDriver(count=2)
     tensors = [torch.ones(4), torch.arange(10.0)[3:]]
-    launch = ext.launcher(driver.address(True), True, 1, (1, 1, 1), (32, 1, 1), 0, 0, 2, (), torch.Tensor.data_ptr,
-                          driver.check, None)
-    launch(*tensors)
-    assert driver.calls[0][6] == [t.data_ptr() for t in tensors]
+    _launcher(ext, driver, b"pp")(*tensors)
+    assert driver.calls[0][5] == [t.data_ptr() for t in tensors]
 
 
-def test_pointer_by_method_name(ext):
-    class Fake:
-        def __init__(self, value):
-            self.value = value
-
-        def data_ptr(self):
-            return self.value
-
-    driver = FakeDriver(count=2)
-    launch = ext.launcher(driver.address(True), True, 1, (1, 1, 1), (32, 1, 1), 0, 0, 2, (), "data_ptr",
-                          driver.check, None)
-    launch(Fake(5), torch.ones(3))
-    assert driver.calls[0][6][0] == 5 and driver.calls[0][6][1] != 0
-    with pytest.raises(AttributeError):
-        launch(Fake(1), object())
+def test_scalar_kinds(ext):
+    driver = FakeDriver(count=4)
+    _launcher(ext, driver, b"pifd")(torch.ones(2), -3, 0.5, -0.25)
+    pointer, integer, fp32, fp64 = driver.calls[0][5]
+    assert integer == 2**64 - 3 and fp32 & 0xFFFFFFFF == 0x3F000000 and fp32 >> 32 == 0
+    assert struct.unpack("<d", fp64.to_bytes(8, "little"))[0] == -0.25
 
 
 def test_argument_count_and_type_errors(ext):
     driver = FakeDriver(count=2)
-    launch = ext.launcher(driver.address(True), True, 1, (1, 1, 1), (32, 1, 1), 0, 0, 2, (), torch.Tensor.data_ptr,
-                          driver.check, None)
+    launch = _launcher(ext, driver, b"pp")
     with pytest.raises(TypeError, match=r"^kernel takes 2 arguments, got 3$"):
         launch(torch.ones(1), torch.ones(1), torch.ones(1))
     with pytest.raises(TypeError, match=r"^kernel takes 2 arguments, got 0$"):
@@ -171,11 +150,15 @@ def test_argument_count_and_type_errors(ext):
         launch(torch.ones(1), 5)  # not a tensor: data_ptr refuses it
     with pytest.raises(TypeError):
         launch(x=1)  # no keywords
+    with pytest.raises(TypeError):
+        _launcher(ext, driver, b"pi")(torch.ones(1), torch.ones(1))  # a tensor where an integer goes
     assert driver.calls == []
     with pytest.raises(TypeError):
-        ext.launcher(driver.address(True), True, 1, (1, 1), (32, 1, 1), 0, 0, 2, (), int, driver.check, None)
+        ext.launcher(driver.address, 1, (1, 1), (32, 1, 1), 0, 0, (), int, driver.check, None, b"pp")
+    with pytest.raises(ValueError, match="unknown parameter kind x"):
+        _launcher(ext, driver, b"px")
     with pytest.raises(ValueError):
-        ext.launcher(0, True, 1, (1, 1, 1), (32, 1, 1), 0, 0, 2, (), int, driver.check, None)
+        ext.launcher(0, 1, (1, 1, 1), (32, 1, 1), 0, 0, (), int, driver.check, None, b"pp")
 
 
 def test_pointer_of_errors_and_overflow_propagate(ext):
@@ -185,22 +168,19 @@ def test_pointer_of_errors_and_overflow_propagate(ext):
         raise KeyError("boom")
 
     for pointer_of, error in ((broken, KeyError), (lambda _: -1, OverflowError), (lambda _: "0", TypeError)):
-        launch = ext.launcher(driver.address(True), True, 1, (1, 1, 1), (32, 1, 1), 0, 0, 1, (), pointer_of,
-                              driver.check, None)
         with pytest.raises(error):
-            launch(object())
+            _launcher(ext, driver, b"p", pointer_of=pointer_of)(object())
     assert driver.calls == []
 
 
 def test_failed_launch_raises_the_drivers_error(ext):
     driver = FakeDriver(count=1, result=700)
-    launch = ext.launcher(driver.address(False), False, 1, (1, 1, 1), (32, 1, 1), 0, 0, 1, (), int,
-                          lambda code: driver.check("cuLaunchKernel", code), None)
-    with pytest.raises(cuda.CudaError, match=r"^cuLaunchKernel failed: CUDA_ERROR_700: stand-in$"):
+    launch = _launcher(ext, driver, b"p", pointer_of=int,
+                       on_error=lambda code: driver.check("cuLaunchKernelEx", code))
+    with pytest.raises(cuda.CudaError, match=r"^cuLaunchKernelEx failed: CUDA_ERROR_700: stand-in$"):
         launch(1)
-    silent = ext.launcher(driver.address(False), False, 1, (1, 1, 1), (32, 1, 1), 0, 0, 1, (), int,
-                          lambda code: None, None)
-    with pytest.raises(RuntimeError, match=r"^cuLaunchKernel failed: CUresult 700$"):
+    silent = _launcher(ext, driver, b"p", pointer_of=int, on_error=lambda code: None)
+    with pytest.raises(RuntimeError, match=r"^cuLaunchKernelEx failed: CUresult 700$"):
         silent(1)
 
 
@@ -213,8 +193,7 @@ def test_keeps_what_it_is_given_alive(ext):
 
     driver, buffer = FakeDriver(count=0), Buffer()
     ref = weakref.ref(buffer)
-    launch = ext.launcher(driver.address(True), True, 1, (1, 1, 1), (32, 1, 1), 0, 0, 0, (), int, driver.check,
-                          buffer)
+    launch = _launcher(ext, driver, b"", keep=buffer)
     del buffer
     gc.collect()
     assert ref() is not None
@@ -227,65 +206,35 @@ def test_keeps_what_it_is_given_alive(ext):
 # --- through the runtime: the same calls and errors as the ctypes launcher -------------------------
 
 
-@pytest.mark.parametrize("ex", [True, False])
-def test_runtime_launchers_agree(ext, monkeypatch, ex):
+@pytest.mark.parametrize("params, args", [
+    (["ptr"] * 3, lambda: [torch.randn(8) for _ in range(3)]),
+    (["ptr", "i32", "i64", "fp32", "fp64", "u8"], lambda: [torch.randn(8), 7, -3, 0.5, -2.5, 255]),
+])
+def test_runtime_launchers_agree(ext, monkeypatch, params, args):
     monkeypatch.setattr(cuda, "_launch", ext)
-    driver = FakeDriver(count=5, ex=ex)
-    tensors = [torch.randn(8) for _ in range(3)]
-    launches = {name: make(_kernel(driver), 0x5EED, [0, 4096], None)
-                for name, make in (("c", cuda._native_launcher), ("ctypes", cuda._ctypes_launcher))}
+    driver = FakeDriver(count=len(params) + 2)
+    values = args()
+    launches = {name: make(_kernel(driver, params=params), 0x5EED, [0, 4096], None)
+                for name, make in (("c", cuda.native_launcher), ("ctypes", cuda.ctypes_launcher))}
     assert type(launches["c"]).__name__ == "builtin_function_or_method"
     assert type(launches["ctypes"]).__name__ == "function"
     for name in ("c", "ctypes"):
-        launches[name](*tensors)
+        launches[name](*values)
     c_call, ctypes_call = driver.calls
-    assert c_call == ctypes_call
-    assert c_call[:6] == ("ex" if ex else "plain", 0xF00D, (7, 2, 1), (128, 1, 1), 4096, 0x5EED)
-    assert c_call[6] == [t.data_ptr() for t in tensors] + [0, 4096]
+    assert c_call[:5] == ctypes_call[:5] == (0xF00D, (7, 2, 1), (128, 1, 1), 4096, 0x5EED)
+    assert c_call[5][0] == ctypes_call[5][0] == values[0].data_ptr() and c_call[5][-2:] == [0, 4096]
+    for k, (kind, c_value, ctypes_value) in enumerate(zip(params, c_call[5], ctypes_call[5])):
+        width = {"i32": 32, "fp32": 32, "u8": 8}.get(kind, 64)  # the driver reads each parameter's own width
+        mask = (1 << width) - 1
+        assert c_value & mask == ctypes_value & mask, (k, kind)
     driver.result = 719
     errors = {}
     for name, launch in launches.items():
         with pytest.raises(cuda.CudaError) as info:
-            launch(*tensors)
+            launch(*values)
         errors[name] = str(info.value)
         with pytest.raises(TypeError) as info:
-            launch(*tensors[:2])
+            launch(*values[:2])
         errors[name + " count"] = str(info.value)
-    assert errors["c"] == errors["ctypes"] == f"cuLaunchKernel{'Ex' if ex else ''} failed: CUDA_ERROR_719: stand-in"
-    assert errors["c count"] == errors["ctypes count"] == "kernel takes 3 arguments, got 2"
-
-
-def test_integer_parameters_launch_through_c_as_ctypes_does(ext, monkeypatch):
-    monkeypatch.setattr(cuda, "_launch", ext)
-    driver = FakeDriver(count=5)
-    kernel = _kernel(driver, params=["ptr", "i32", "i64"])
-    launches = [cuda._native_launcher(kernel, 0, [0, 0], None), cuda._ctypes_launcher(kernel, 0, [0, 0], None)]
-    assert [type(launch).__name__ for launch in launches] == ["builtin_function_or_method", "function"]
-    x = torch.ones(2)
-    for launch in launches:
-        launch(x, 7, -3)
-    c_call, ctypes_call = driver.calls
-    assert c_call[6][0] == ctypes_call[6][0] == x.data_ptr()
-    for got in (c_call[6], ctypes_call[6]):  # the driver reads each parameter's own width
-        assert got[1] & 0xFFFFFFFF == 7 and got[2] == 2**64 - 3
-    with pytest.raises(TypeError):
-        launches[0](x, torch.ones(1), 1)  # a tensor where an integer goes
-    with pytest.raises(TypeError):
-        launches[0](7, 7, 1)  # an integer where a pointer goes: data_ptr refuses it
-    with pytest.raises(ValueError, match="2 kinds for 3 parameters"):
-        ext.launcher(driver.address(True), True, 1, (1, 1, 1), (32, 1, 1), 0, 0, 3, (), int, driver.check, None, b"pi")
-
-
-def test_float_parameters_fall_back_to_ctypes(ext, monkeypatch):
-    monkeypatch.setattr(cuda, "_launch", ext)
-    driver = FakeDriver(count=4)
-    launch = cuda._native_launcher(_kernel(driver, params=["ptr", "fp32"]), 0, [0, 0], None)
-    assert type(launch).__name__ == "function"
-    launch(torch.ones(2), 0.5)
-    assert driver.calls[0][6][1] & 0xFFFFFFFF == 0x3F000000
-
-
-def test_without_the_extension_the_runtime_uses_ctypes(monkeypatch):
-    monkeypatch.setattr(cuda, "_launch", None)
-    launch = cuda._native_launcher(_kernel(FakeDriver(count=3)), 0, [0, 0], None)
-    assert type(launch).__name__ == "function"
+    assert errors["c"] == errors["ctypes"] == "cuLaunchKernelEx failed: CUDA_ERROR_719: stand-in"
+    assert errors["c count"] == errors["ctypes count"] == f"kernel takes {len(params)} arguments, got 2"

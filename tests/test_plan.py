@@ -4,8 +4,9 @@ import itertools
 
 import pytest
 
-from aotcombo import blocks, graph as g
-from aotcombo.plan import MAX_ARGS, dependencies, levels, make_plan
+from aotcombo.builder import blocks, graph as g
+from aotcombo.builder.plan import LARGE_POINTWISE, MAX_ARGS, dependencies, levels, make_plan
+from aotcombo.errors import UnsupportedModelError
 
 F32 = "float32"
 
@@ -214,6 +215,19 @@ def test_long_reductions_are_kept_apart():
     assert groups == [["long0", "long1"], ["short0", "short1"]]
 
 
+def test_only_1d_pointwise_kernels_over_the_limit_run_alone():
+    # Inductor's rule: a 1-D pointwise kernel over LARGE_POINTWISE elements gets its own
+    # launch; a 2-D tile of as many elements does not (test_combo_kernel_yz_overflow).
+    b = Builder()
+    outs = [b.launch(pointwise("big_flat", n=LARGE_POINTWISE + 1), [b.input()]),
+            b.launch(pointwise("small_flat"), [b.input()]),
+            b.launch(pointwise("big_tile", n=44, y=5_793_280), [b.input()]),
+            b.launch(pointwise("small_tile", n=34, y=1024), [b.input()])]
+    plan = make_plan(b.graph(outs))
+    groups = sorted(sorted(s.kernel.name for s in c.subs) for c in plan.combos)
+    assert groups == [["big_flat"], ["big_tile", "small_tile"], ["small_flat"]]
+
+
 def test_combine_false_keeps_one_launch_per_kernel():
     b = Builder()
     outs = [b.launch(pointwise(f"k{i}"), [b.input()]) for i in range(4)]
@@ -245,6 +259,40 @@ def test_grid_is_the_sum_or_the_padded_max_of_programs():
 
 def test_levels_are_longest_paths():
     assert levels([set(), {0}, {0}, {1, 2}, set()]) == [0, 1, 1, 2, 0]
+    # Edges out of host ops (cost 0) add nothing: 0 -> 1 -> 2 with op 1 free.
+    assert levels([set(), {0}, {1}, set()], [1, 0, 1, 1]) == [0, 1, 1, 0]
+
+
+def test_host_ops_before_a_launch_do_not_delay_it():
+    # A dynamic batch: the size of the input feeds a Scalar, the Scalar an allocation, the
+    # allocation a kernel; that kernel is as independent of a static one as without them.
+    b = Builder()
+    x, y = b.input(), b.input()
+    static = b.launch(pointwise("static"), [x])
+    b.ops.append(g.Scalar("size", "size", (g.Ref(y), 0)))
+    b.ops.append(g.Scalar("numel", "mul", (g.Ref("size"), 10)))
+    b.ops.append(g.Alloc("dyn_out", g.TensorSpec((g.Ref("numel"),), (1,), F32)))
+    b.kernels["dynamic"] = pointwise("dynamic")
+    b.ops.append(g.Launch("dynamic", (g.Ref(y), g.Ref("dyn_out"), g.Ref("numel"))))
+    plan = make_plan(b.graph([static, "dyn_out"]))
+    assert [sorted(s.kernel.name for s in c.subs) for c in plan.combos] == [["dynamic", "static"]]
+    assert_combos_independent(plan)
+    # ...and the host ops it needs come before its combo.
+    order = [getattr(op, "out", None) or getattr(op, "combo", None) for op in plan.ops]
+    assert order.index("numel") < order.index("dyn_out") < order.index("combo_0")
+
+
+def test_a_chain_through_host_ops_is_never_combined():
+    b = Builder()
+    x = b.launch(pointwise("make"), [b.input()])
+    b.ops.append(g.View("v1", x, spec()))
+    b.ops.append(g.View("v2", "v1", spec()))
+    after_views = b.launch(pointwise("after_views"), ["v2"])
+    direct = b.launch(pointwise("direct"), [x])
+    plan = make_plan(b.graph([after_views, direct]))
+    names = [sorted(s.kernel.name for s in c.subs) for c in plan.combos]
+    assert names == [["make"], ["after_views", "direct"]]
+    assert_combos_independent(plan)
 
 
 @pytest.mark.parametrize("kernel, expect", [
@@ -258,3 +306,20 @@ def test_block_rules(kernel, expect):
     chosen = blocks.choose(kernel)
     assert dict(chosen.constexprs) == expect
     assert 1 <= chosen.num_warps <= 8
+
+
+def _dynamic_row_reduction(block, mask=True):
+    k = reduction("dyn_rows", x=1, r=32)
+    source = f"@triton.jit\ndef dyn_rows():\n    R0_BLOCK: tl.constexpr = {block}\n"
+    source += "    r0_mask = r0_index < r0_numel\n" if mask else ""
+    return g.Kernel(**{**k.__dict__, "source": source, "dynamic_numels": ("r0_",)})
+
+
+def test_a_persistent_reduction_over_the_dynamic_batch_needs_a_block_for_its_top():
+    # numel r0_=32 is the top of the batch's range; Inductor fixed R0_BLOCK from it and masks
+    # each row by r0_numel (PyTorch's test_dynamic_shapes_persistent_reduction_dynamic_rdim).
+    assert blocks.choose(_dynamic_row_reduction(32)).axes == (1, 1, 1)
+    with pytest.raises(UnsupportedModelError, match="sized for at most 16 of its up to 32"):
+        blocks.choose(_dynamic_row_reduction(16))
+    with pytest.raises(UnsupportedModelError, match="--batch buckets"):
+        blocks.choose(_dynamic_row_reduction(32, mask=False))

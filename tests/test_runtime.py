@@ -1,7 +1,9 @@
 """The runtime shipped in every generated package (aotcombo/runtime): CPU tests, and GPU tests marked gpu."""
 
 import ctypes
+import dataclasses
 import json
+import re
 import shutil
 import struct
 import subprocess
@@ -14,9 +16,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from aotcombo.runtime import Package, check_inputs, choose_variant, cuda, graphs, input_specs, make_guard, package
+from aotcombo.runtime import cuda, graphs, loader as package
 from aotcombo.runtime.graphs import GraphModel, StreamOrder, copy_into, flatten, fresh_copies, same_tensors, unflatten
-from aotcombo.runtime.package import Loaded, Model, check_options, static_shapes
+from aotcombo.runtime.inputs import check_inputs, make_guard
+from aotcombo.runtime.loader import Loaded, Model, Package, check_options, choose_variant
+from aotcombo.runtime.manifest import Dynamic
+
+import manifests
 
 from gpu_support import run_threads
 
@@ -35,10 +41,7 @@ def _has_driver():
 # --- choose_variant ---------------------------------------------------------------
 
 def _manifest(archs, ptx_arch):
-    variants = {f"sm_{a}": {} for a in archs}
-    if ptx_arch is not None:
-        variants["ptx"] = {}
-    return {"name": "mymodel", "archs": archs, "ptx_arch": ptx_arch, "variants": variants}
+    return manifests.manifest("mymodel", archs, ptx_arch if ptx_arch is not None else 80, ptx=ptx_arch is not None)
 
 
 @pytest.mark.parametrize("archs, ptx, arch, expected", [
@@ -73,7 +76,7 @@ def test_choose_variant_message():
 
 # --- input guards: check_inputs (the message) and make_guard (the per-call check) ------
 
-SPECS = input_specs([
+SPECS = manifests.specs(*[
     {"name": "x", "shape": [64, 256], "stride": [256, 1], "dtype": "bfloat16", "align": 16},
     {"name": "n", "shape": [4], "stride": [1], "dtype": "int64", "align": 16},
 ])
@@ -157,20 +160,9 @@ def test_guard_fast_path(monkeypatch):
 
 # --- load options -------------------------------------------------------------------
 
-STATIC = {"name": "m", "inputs": [{"name": "x", "shape": [4, 8], "stride": [8, 1], "dtype": "float32"}]}
-DYNAMIC = {"name": "m", "inputs": [{"name": "x", "shape": ["s0", 8], "stride": [8, 1], "dtype": "float32"}]}
-
-
-def test_static_shapes():
-    assert static_shapes(STATIC) and static_shapes({"inputs": []}) and static_shapes({})
-    assert not static_shapes(DYNAMIC)
-
-
-@pytest.mark.parametrize("graphs, expected", [(None, True), (True, True), (False, False)])
-def test_check_options(graphs, expected):
-    assert check_options(STATIC, graphs, True, True) is expected
-    assert check_options(STATIC, graphs, False, False) is expected
-    assert check_options(DYNAMIC, None, True, True) is True  # a graph per batch size
+STATIC = manifests.manifest()
+DYNAMIC = manifests.manifest(shapes=Dynamic(1, 8, (0,)), ins=manifests.inputs(
+    {"name": "x", "shape": ["batch", 8], "stride": [8, 1], "dtype": "float32"}))
 
 
 @pytest.mark.parametrize("options, message", [
@@ -180,15 +172,11 @@ def test_check_options(graphs, expected):
 ])
 def test_check_options_types(options, message):
     with pytest.raises(TypeError, match=message):
-        check_options(STATIC, *options)
-
-
-def test_check_options_dynamic():
-    assert check_options(DYNAMIC, True, True, True) is True and check_options(DYNAMIC, False, True, True) is False
+        check_options(*options)
 
 
 def test_load_checks_options_first(tmp_path):
-    (tmp_path / "manifest.json").write_text(json.dumps({"format": 1, **STATIC}))
+    (tmp_path / "manifest.json").write_text(STATIC.to_json())
     with pytest.raises(TypeError, match="copy_outputs must be True or False"):
         Package(tmp_path).load("cuda", copy_outputs=None)
     with pytest.raises(TypeError, match="unexpected keyword argument 'graph'"):
@@ -199,10 +187,10 @@ def test_load_checks_options_first(tmp_path):
 
 def test_load_modes(tmp_path, monkeypatch):
     """load()'s choices, with the device, the loading and the capture faked."""
-    (tmp_path / "manifest.json").write_text(json.dumps({"format": 1, **STATIC}))
+    (tmp_path / "manifest.json").write_text(STATIC.to_json())
     loads, captures = [], []
-    specs = input_specs(STATIC["inputs"])
-    loaded = Loaded("m", "sm_90", torch.device("cuda", 0), 1, None, [], [], specs, ())
+    specs = [package.InputSpec.of(i) for i in STATIC.inputs]
+    loaded = Loaded("m", "sm_90", torch.device("cuda", 0), 1, None, [], [], specs)
     monkeypatch.setattr(package, "_device_index", lambda device: 0)
     monkeypatch.setattr(Package, "_load", lambda self, index, bucket: loads.append(index) or loaded)
 
@@ -212,9 +200,9 @@ def test_load_modes(tmp_path, monkeypatch):
 
     monkeypatch.setattr(GraphModel, "capture", staticmethod(capture))
     p = Package(tmp_path)
-    assert p.load() == "graph model" and captures[0][1] is True and captures[0][0]._guard is not None
+    assert p.load() == "graph model" and captures[0][1] is True and captures[0][0].guard is not None
     assert p.load(copy_outputs=False, check_inputs=False) == "graph model"
-    assert captures[1][1] is False and captures[1][0]._guard is None
+    assert captures[1][1] is False and captures[1][0].guard is None
     model = p.load(graphs=False)
     assert isinstance(model, Model) and len(captures) == 2 and loads == [0]  # loaded once per device
 
@@ -317,14 +305,14 @@ class _NoOrder:
 
 
 def _graph_model(copy_outputs=True, guard=True, log=None):
-    specs = input_specs([{"name": "x", "shape": [4], "stride": [1], "dtype": "float32", "align": 16}])
+    specs = manifests.specs({"name": "x", "shape": [4], "stride": [1], "dtype": "float32", "align": 16})
     checked = make_guard(specs, CPU)
 
     def counting_guard(inputs):
         log.append("guard") if log is not None else None
         checked(inputs)
 
-    model = SimpleNamespace(name="m", variant="sm_90", device=CPU, weights=[], _guard=counting_guard if guard else None)
+    model = SimpleNamespace(name="m", variant="sm_90", device=CPU, weights=[], guard=counting_guard if guard else None)
     inputs = graphs.allocate(specs, CPU)
     graph = _FakeGraph(inputs)
     return GraphModel(model, graph, inputs, {"y": (graph.out, None)}, copy_outputs, _NoOrder()), graph
@@ -425,7 +413,7 @@ def test_no_driver():
 
 
 def test_package_without_gpu(tmp_path):
-    (tmp_path / "manifest.json").write_text(json.dumps({"format": 1, "name": "m"}))
+    (tmp_path / "manifest.json").write_text(STATIC.to_json())
     package = Package(tmp_path)
     assert package._manifest is None  # read lazily
     with pytest.raises(ValueError, match="device must be 'cuda' or 'cuda:N', got 'cpu'"):
@@ -433,9 +421,9 @@ def test_package_without_gpu(tmp_path):
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="torch.cuda is not available"):
             package.load()
-    assert package.manifest["name"] == "m"
-    (tmp_path / "manifest.json").write_text(json.dumps({"format": 2}))
-    with pytest.raises(RuntimeError, match="manifest format 2 is not 1"):
+    assert package.manifest.name == "m"
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": 1}))
+    with pytest.raises(RuntimeError, match="manifest format 1; this runtime reads format 2"):
         Package(tmp_path).manifest
 
 
@@ -479,7 +467,7 @@ int cuLaunchKernelEx(const Config *c, void *f, void **params, void **extra) {
 
 @pytest.fixture(scope="session")
 def fake_libcuda(tmp_path_factory):
-    """Paths of two fake libcudas: with cuLaunchKernelEx, and without (an old driver)."""
+    """Paths of two fake libcudas: with cuLaunchKernelEx, and without (a driver older than CUDA 11.8)."""
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         pytest.skip("no C compiler to build the fake libcuda")
@@ -492,10 +480,10 @@ def fake_libcuda(tmp_path_factory):
     return paths
 
 
-@pytest.fixture(params=["new", "old"])
-def fake(request, fake_libcuda, monkeypatch):
+@pytest.fixture
+def fake(fake_libcuda, monkeypatch):
     """The runtime's driver replaced by a fake; yields a reader of what the fake saw."""
-    path = str(fake_libcuda[request.param])
+    path = str(fake_libcuda["new"])
     monkeypatch.setattr(cuda, "LIBRARY", path)
     monkeypatch.setattr(cuda, "_driver_instance", None)
     lib = ctypes.CDLL(path)
@@ -503,7 +491,6 @@ def fake(request, fake_libcuda, monkeypatch):
         ctypes.c_int.in_dll(lib, name).value = 0
     ctypes.c_void_p.in_dll(lib, "fake_ctx").value = None
     return SimpleNamespace(
-        kind=request.param,
         lib=lib,
         launch=lambda: list((ctypes.c_uint64 * 9).in_dll(lib, "fake_launch")),
         params=lambda n: (ctypes.c_int.in_dll(lib, "fake_nparams").__setattr__("value", n),
@@ -515,7 +502,7 @@ def fake(request, fake_libcuda, monkeypatch):
 
 def test_fake_launch_pointers(fake):
     fake.params(5)
-    kernel = cuda.Kernel(0x3007, (5, 2, 1), 4, 100, ["*fp32", "*bf16", "ptr"], (16, 128), (0, 1), "cpu")
+    kernel = cuda.Kernel(0x3007, (5, 2, 1), 4, 100, ["ptr", "ptr", "ptr"], (16, 128), (0, 1), "cpu")
     launch = kernel.bind(0x77)
     tensors = [torch.empty(8) for _ in range(3)]
     launch(*tensors)
@@ -523,34 +510,39 @@ def test_fake_launch_pointers(fake):
     params = fake.params(5)
     assert params[:3] == [t.data_ptr() for t in tensors]
     assert params[3] % 128 == 0 and params[3] != 0 and params[4] == 0  # global scratch: 10 blocks x 16 bytes
-    assert fake.count("ex_launches") == (1 if fake.kind == "new" else 0)
-    assert fake.count("launches") == 1
+    assert fake.count("ex_launches") == 1 and fake.count("launches") == 1
     tensors.reverse()
     launch(*tensors)
     assert fake.params(3) == [t.data_ptr() for t in tensors]
-    with pytest.raises(TypeError, match="kernel takes 3 arguments, got 2"):
+    with pytest.raises(TypeError, match="kernel takes 3 arguments"):
         launch(*tensors[:2])
+
+
+def test_old_driver_is_a_clear_error(fake_libcuda, monkeypatch):
+    monkeypatch.setattr(cuda, "LIBRARY", str(fake_libcuda["old"]))
+    monkeypatch.setattr(cuda, "_driver_instance", None)
+    with pytest.raises(cuda.CudaError, match="has no cuLaunchKernelEx: the NVIDIA driver is older than CUDA 11.8"):
+        cuda.current_context()
 
 
 def test_fake_launch_scalars(fake):
     fake.params(4)
-    kernel = cuda.Kernel(0x3007, (1, 1, 1), 1, 0, ["*fp32", "i32", "fp32", "i64"], device="cpu")
+    kernel = cuda.Kernel(0x3007, (1, 1, 1), 1, 0, ["ptr", "i32", "fp32", "i64"], device="cpu")
     x = torch.empty(8)
-    kernel(0x99, x, -3, 1.5, -(2**40))  # the convenience call binds once per stream
-    kernel(0x99, x, -3, 1.5, -(2**40))
-    assert list(kernel._bound) == [0x99] and fake.launch()[8] == 0x99
+    launch = kernel.bind(0x99)
+    launch(x, -3, 1.5, -(2**40))
+    assert fake.launch()[8] == 0x99
     pointer, i32, fp32, i64 = fake.params(4)
     assert pointer == x.data_ptr() and i32 & 0xFFFFFFFF == -3 & 0xFFFFFFFF and i64 == -(2**40) & (2**64 - 1)
     assert struct.unpack("<f", (fp32 & 0xFFFFFFFF).to_bytes(4, "little"))[0] == 1.5
-    with pytest.raises(TypeError, match="kernel takes 4 arguments, got 1"):
-        kernel(0x99, x)
+    with pytest.raises(TypeError, match="kernel takes 4 arguments"):
+        launch(x)
 
 
 def test_fake_launch_error(fake):
     fake.set("result", 1)
     launch = cuda.Kernel(0x3007, (1, 1, 1), 1, 0, ["ptr"], device="cpu").bind(0)
-    name = "cuLaunchKernelEx" if fake.kind == "new" else "cuLaunchKernel"
-    with pytest.raises(cuda.CudaError, match=f"^{name} failed: CUDA_ERROR_INVALID_VALUE: fake error$"):
+    with pytest.raises(cuda.CudaError, match="^cuLaunchKernelEx failed: CUDA_ERROR_INVALID_VALUE: fake error$"):
         launch(torch.empty(1))
     with pytest.raises(ValueError, match="unknown kernel parameter kind 'bf16'"):
         cuda.Kernel(0x3007, (1, 1, 1), 1, 0, ["ptr", "bf16"], device="cpu")
@@ -578,15 +570,15 @@ def _fake_model(check=False):
         return cuda.current_context(), device
 
     kernel = cuda.Kernel(0x3007, (1, 1, 1), 1, 0, ["ptr", "ptr"], device="cpu")
-    specs = input_specs([{"name": "x", "shape": [2], "stride": [1], "dtype": "float32", "align": 16}])
-    loaded = Loaded("m", "sm_90", torch.device("cuda", 1), 0x1001, forward, [kernel], [torch.ones(2)], specs, ())
+    specs = manifests.specs({"name": "x", "shape": [2], "stride": [1], "dtype": "float32", "align": 16})
+    loaded = Loaded("m", "sm_90", torch.device("cuda", 1), 0x1001, forward, [kernel], [torch.ones(2)], specs)
     return Model(loaded, check)
 
 
 def test_fake_model_run(fake, monkeypatch):
     fake.params(2)
     streams = iter([0x10, 0x10, 0x20])
-    monkeypatch.setattr(package, "_raw_stream", lambda index: next(streams))
+    monkeypatch.setattr(cuda, "current_stream", lambda index: next(streams))
     model = _fake_model()
     x = torch.ones(2)
     for stream in (0x10, 0x10, 0x20):
@@ -596,12 +588,12 @@ def test_fake_model_run(fake, monkeypatch):
         assert fake.launch()[8] == stream and fake.params(2) == [x.data_ptr(), model.weights[0].data_ptr()]
     assert list(model._bound) == [0x10, 0x20]
     cuda.set_current_context(0x1001)
-    monkeypatch.setattr(package, "_raw_stream", lambda index: 0x20)
+    monkeypatch.setattr(cuda, "current_stream", lambda index: 0x20)
     assert model(x)[0] == 0x1001 and cuda.current_context() == 0x1001
 
 
 def test_fake_model_guards(fake, monkeypatch):
-    monkeypatch.setattr(package, "_raw_stream", lambda index: 0x10)
+    monkeypatch.setattr(cuda, "current_stream", lambda index: 0x10)
     with pytest.raises(ValueError, match=r"input 0 \('x'\): expected device cuda:1, got cpu"):
         _fake_model(check=True)(torch.ones(2))
     assert fake.count("launches") == 0
@@ -658,10 +650,11 @@ def test_kernel_launch(form):
     kernel = _kernel(ck, image, (64, 1, 1), ["ptr", "ptr", "ptr", "i32"])
     x, y = torch.randn(2, 64 * 256 - 3, device="cuda")
     out = torch.empty_like(x)
-    kernel(torch.cuda.current_stream().cuda_stream, x, y, out, x.numel())
+    launch = kernel.bind(torch.cuda.current_stream().cuda_stream)
+    launch(x, y, out, x.numel())
     torch.testing.assert_close(out, x + y)
     with pytest.raises(TypeError, match="kernel takes 4 arguments, got 3"):
-        kernel(0, x, y, out)
+        launch(x, y, out)
 
 
 @pytest.mark.gpu
@@ -674,7 +667,7 @@ def test_kernel_global_scratch():
     kernel = _kernel(ck, ck.asm["cubin"], (8, 1, 1), ["ptr", "ptr", "i32"])
     x = torch.randn(8 * 256, device="cuda")
     out = torch.empty_like(x)
-    kernel(torch.cuda.current_stream().cuda_stream, x, out, x.numel())
+    kernel.bind(torch.cuda.current_stream().cuda_stream)(x, out, x.numel())
     torch.testing.assert_close(out, x * 2)
 
 
@@ -697,16 +690,16 @@ def _write_package(root, name, variant):
     w = torch.randn(64, 256)
     torch.save([w], pkg / "weights.pt")
     md = ck.metadata
-    kernel = {"name": "add", "image": f"kernels/add.{'ptx' if variant == 'ptx' else 'cubin'}", "function": md.name,
-              "grid": [64, 1, 1], "num_warps": md.num_warps, "shared": md.shared, "params": ["ptr", "ptr", "ptr", "i32"],
-              "global_scratch": [md.global_scratch_size, md.global_scratch_align],
-              "profile_scratch": [md.profile_scratch_size, md.profile_scratch_align]}
-    (pkg / "manifest.json").write_text(json.dumps({
-        "format": 1, "name": name, "versions": {}, "archs": [] if variant == "ptx" else [arch],
-        "ptx_arch": arch if variant == "ptx" else None,
-        "inputs": [{"name": "x", "shape": [64, 256], "stride": [256, 1], "dtype": "float32", "align": 16}],
-        "weights": "weights.pt", "out_spec": "",
-        "variants": {"ptx" if variant == "ptx" else f"sm_{arch}": {"program": "program", "kernels": [kernel]}}}))
+    kernel = manifests.kernel("add", f"kernels/add.{'ptx' if variant == 'ptx' else 'cubin'}", md.name, (64, 1, 1),
+                              md.num_warps, md.shared, ("ptr", "ptr", "ptr", "i32"),
+                              (md.global_scratch_size, md.global_scratch_align),
+                              (md.profile_scratch_size, md.profile_scratch_align))
+    key = "ptx" if variant == "ptx" else f"sm_{arch}"
+    m = manifests.manifest(name, archs=() if variant == "ptx" else (arch,), ptx_arch=arch,
+                           ins=manifests.inputs({"name": "x", "shape": [64, 256], "stride": [256, 1],
+                                                 "dtype": "float32"}),
+                           variants={key: manifests.variant("program", [kernel])})
+    (pkg / "manifest.json").write_text(m.to_json())
     return pkg, w
 
 
@@ -770,3 +763,32 @@ def test_package_on_a_thread_without_context(tmp_path, monkeypatch, graphs):
     if not graphs:
         assert seen[0] == 0  # the model put back what it found (torch's ops may not)
     torch.testing.assert_close(seen[1], x + w.cuda())
+
+
+# --- the torch a package runs on ---------------------------------------------------------------
+
+@pytest.mark.parametrize("version, ok", [("2.11.0", True), ("2.14.1+cu130", True), ("2.12.0a0+git1234", True),
+                                         ("2.10.2", False), ("2.15.0", False), ("2.15.0a0+gitabc", False),
+                                         ("3.0.0", False), ("1.13.1", False)])
+def test_check_torch_range(version, ok):
+    m = manifests.manifest()
+    if ok:
+        package.check_torch(m, version)
+    else:
+        with pytest.raises(RuntimeError, match=rf"runs on torch 2\.11 to 2\.14, and this is torch {re.escape(version)}"):
+            package.check_torch(m, version)
+
+
+def test_load_under_an_unsupported_torch_names_the_private_ops_and_the_range(tmp_path, monkeypatch):
+    m = dataclasses.replace(manifests.manifest(), extern_ops=("aten::_embedding_bag_forward_only.default",
+                                                             "aten::mm.out", "aten::scaled_dot_product_attention"))
+    assert m.private_ops == ("aten::_embedding_bag_forward_only.default",)
+    (tmp_path / "manifest.json").write_text(m.to_json())
+    monkeypatch.setattr(torch, "__version__", "2.10.0")
+    with pytest.raises(RuntimeError) as e:
+        Package(tmp_path).load("cuda")  # before any device is looked at: no GPU needed
+    message = str(e.value)
+    assert "private aten::_embedding_bag_forward_only.default" in message and "aten::mm" not in message
+    assert "install torch>=2.11,<2.15" in message
+    monkeypatch.setenv("AOTCOMBO_ANY_TORCH", "1")
+    package.check_torch(m, "2.10.0")

@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch.utils import _pytree
 
-from aotcombo import interpret
-from aotcombo.pipeline import build_package as build
+from aotcombo.tools import interpret
+from aotcombo.builder.pipeline import build_package as build
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,8 +4,8 @@ The target environment is a fresh venv holding torch (linked from this one,
 with its own CUDA libraries) and nothing else: no triton, jinja2 or sympy.
 """
 
-import json
 import os
+import platform
 import subprocess
 import sys
 import sysconfig
@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from aotcombo import native
-from aotcombo.pipeline import build_package as build
+from aotcombo.builder import native
+from aotcombo.builder.environment import runtime_requirement
+from aotcombo.builder.pipeline import build_package as build
+from aotcombo.runtime.manifest import Manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 # What `import torch` needs at run time besides torch itself.
@@ -35,10 +37,21 @@ class Small(torch.nn.Module):
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory):
+def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("dist")
-    result = build(Small(), (torch.randn(8, 32), torch.randn(16)), arch=["sm_90"], name="smallpkg", out=out)
-    return result.wheel
+    return build(Small(), (torch.randn(8, 32), torch.randn(16)), arch=["sm_90"], name="smallpkg", out=out)
+
+
+@pytest.fixture(scope="module")
+def wheel(built):
+    return built.wheel
+
+
+@pytest.fixture(scope="module")
+def native_wheel(built):
+    if native.compiler() is None:
+        pytest.skip("no C compiler here: no native wheel")
+    return built.wheels[1]
 
 
 @pytest.fixture(scope="module")
@@ -60,20 +73,54 @@ def test_wheel_contents(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert wheel.name == "smallpkg-0.1.0-py3-none-any.whl"
     for required in ("smallpkg/__init__.py", "smallpkg/manifest.json", "smallpkg/weights.pt",
-                     "smallpkg/_runtime/cuda.py", "smallpkg/_runtime/package.py"):
+                     "smallpkg/_runtime/cuda.py", "smallpkg/_runtime/loader.py", "smallpkg/_runtime/manifest.py"):
         assert required in names
     assert any(n.startswith("smallpkg/kernels/sm_90/") and n.endswith(".cubin") for n in names)
     assert any(n.startswith("smallpkg/kernels/ptx/") and n.endswith(".ptx") for n in names)
-    if native.compiler() is not None:  # the C launcher rides along; the runtime falls back to ctypes elsewhere
-        assert "smallpkg/_runtime/_launch.abi3.so" in names
-        assert zipfile.ZipFile(wheel).read("smallpkg/_runtime/_launch.abi3.so") == native.extension()
-    manifest = json.loads(zipfile.ZipFile(wheel).read("smallpkg/manifest.json"))
-    assert manifest["archs"] == [90] and manifest["inputs"][0]["shape"] == [8, 32]
+    assert not [n for n in names if n.endswith(".so")]  # pure: the runtime launches through ctypes
+    wheel_file = zipfile.ZipFile(wheel).read("smallpkg-0.1.0.dist-info/WHEEL").decode()
+    assert "Root-Is-Purelib: true" in wheel_file and "Tag: py3-none-any" in wheel_file
+    metadata = zipfile.ZipFile(wheel).read("smallpkg-0.1.0.dist-info/METADATA").decode()
+    assert f"Requires-Dist: {runtime_requirement()}" in metadata
+    manifest = Manifest.from_json(zipfile.ZipFile(wheel).read("smallpkg/manifest.json"))
+    assert manifest.archs == (90,) and manifest.inputs[0].shape == (8, 32)
 
 
-def test_installs_and_imports_without_the_build_toolchain(wheel, torch_only_venv, tmp_path):
+def test_native_wheel_is_tagged_for_its_launcher(wheel, native_wheel):
+    """The same package plus the C launcher, tagged with the platform the .so was built for."""
+    tag = native.wheel_tag(native.extension())
+    assert native_wheel.name == f"smallpkg-0.1.0-{tag}.whl" and tag.startswith("cp310-abi3-manylinux_2_")
+    assert tag.endswith("_" + platform.machine())
+    pure, native_zip = zipfile.ZipFile(wheel), zipfile.ZipFile(native_wheel)
+    assert native_zip.read("smallpkg/_runtime/_launch.abi3.so") == native.extension()
+    extra = set(native_zip.namelist()) - set(pure.namelist())
+    assert extra == {"smallpkg/_runtime/_launch.abi3.so"}
+    wheel_file = native_zip.read("smallpkg-0.1.0.dist-info/WHEEL").decode()
+    assert "Root-Is-Purelib: false" in wheel_file and f"Tag: {tag}" in wheel_file
+
+
+def test_pip_picks_the_wheel_that_fits(wheel, native_wheel, tmp_path):
+    """From a folder holding both, pip takes the native wheel here and the pure one elsewhere."""
+    links = str(wheel.parent)
+    here = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-index", "--find-links", links,
+                           "-d", str(tmp_path / "here"), "smallpkg"], capture_output=True, text=True)
+    assert here.returncode == 0, here.stderr
+    assert [p.name for p in (tmp_path / "here").iterdir()] == [native_wheel.name]
+    other = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-index", "--find-links", links,
+                            "-d", str(tmp_path / "arm"), "--only-binary=:all:", "--platform",
+                            "manylinux2014_aarch64", "--python-version", "3.12", "smallpkg"],
+                           capture_output=True, text=True)
+    assert other.returncode == 0, other.stderr
+    assert [p.name for p in (tmp_path / "arm").iterdir()] == [wheel.name]
+
+
+@pytest.mark.parametrize("kind", ["pure", "native"])
+def test_installs_and_imports_without_the_build_toolchain(built, torch_only_venv, tmp_path, kind):
+    if kind == "native" and native.compiler() is None:
+        pytest.skip("no C compiler here: no native wheel")
+    wheel = built.wheels[0 if kind == "pure" else 1]
     python, site = torch_only_venv
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", "--upgrade",
                     "--target", str(site), str(wheel)], check=True, capture_output=True)
     probe = (
         "import sys, time, torch\n"
@@ -83,7 +130,7 @@ def test_installs_and_imports_without_the_build_toolchain(wheel, torch_only_venv
         "    except ImportError: pass\n"
         "t = time.perf_counter(); import smallpkg; dt = time.perf_counter() - t\n"
         "print('imported', [m for m in ('triton', 'jinja2', 'sympy', 'aotcombo') if m in sys.modules], f'{dt*1e3:.1f}ms')\n"
-        "print(smallpkg.manifest['name'], smallpkg.__doc__.splitlines()[0])\n"
+        "print(smallpkg.manifest.name, smallpkg.__doc__.splitlines()[0])\n"
         "from smallpkg._runtime import cuda\n"
         "print('launcher', cuda.launcher.__name__, cuda._launch and cuda._launch.__file__.rsplit('/', 1)[1])\n"
         "try:\n"
@@ -99,8 +146,10 @@ def test_installs_and_imports_without_the_build_toolchain(wheel, torch_only_venv
     assert "imported []" in out, out
     assert "smallpkg smallpkg: a PyTorch model compiled ahead of time" in out
     assert "load error:" in out and "torch.cuda is not available" in out
-    if native.compiler() is not None:
-        assert "launcher _native_launcher _launch.abi3.so" in out, out
+    if kind == "native":
+        assert "launcher native_launcher _launch.abi3.so" in out, out
+    else:
+        assert "launcher ctypes_launcher None" in out, out
 
 
 @pytest.mark.parametrize("how", ["env", "option"])
@@ -112,9 +161,8 @@ def test_pure_wheel_without_the_c_launcher(tmp_path, monkeypatch, how):
         options["native"] = False  # what build --no-native passes
     result = build(Small(), (torch.randn(8, 32), torch.randn(16)), arch=["sm_90"], name="smallpkg", out=tmp_path,
                    **options)
-    names = zipfile.ZipFile(result.wheel).namelist()
-    assert result.wheel.name == "smallpkg-0.1.0-py3-none-any.whl"
-    assert "smallpkg/_runtime/cuda.py" in names and not [n for n in names if n.endswith(".so")]
+    assert result.wheels == [result.wheel] and result.wheel.name == "smallpkg-0.1.0-py3-none-any.whl"
+    assert [p.name for p in tmp_path.iterdir()] == [result.wheel.name]
 
 
 def test_project_wheel_ships_templates_and_runtime(tmp_path):
@@ -124,5 +172,5 @@ def test_project_wheel_ships_templates_and_runtime(tmp_path):
     names = zipfile.ZipFile(built).namelist()
     for template in ("combo_kernel.py.j2", "program.py.j2", "package_init.py.j2"):
         assert f"aotcombo/templates/{template}" in names
-    assert "aotcombo/runtime/package.py" in names
-    assert "aotcombo/runtime/_launch.c" in names  # aotcombo.native compiles it when it writes a wheel
+    assert "aotcombo/runtime/loader.py" in names and "aotcombo/builder/inductor.py" in names
+    assert "aotcombo/runtime/_launch.c" in names  # aotcombo.builder.native compiles it when it writes a wheel

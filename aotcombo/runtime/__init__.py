@@ -9,11 +9,23 @@ package's generated program op by op; a package built for several batch sizes gi
 batch size). Calls check the inputs against the manifest first.
 """
 
-from .buckets import BucketedModel
-from .cuda import CudaError, Kernel
-from .graphs import GraphModel, GraphPerSize
-from .inputs import check_inputs, input_specs, make_guard
-from .package import Model, Package, choose_variant
+import importlib
 
-__all__ = ["BucketedModel", "CudaError", "GraphModel", "GraphPerSize", "Kernel", "Model", "Package", "check_inputs",
-           "choose_variant", "input_specs", "make_guard"]
+_EXPORTS = {
+    "BucketedModel": "buckets", "CudaError": "cuda", "Kernel": "cuda", "GraphModel": "graphs",
+    "GraphPerSize": "graphs", "InputSpec": "inputs", "check_inputs": "inputs", "make_guard": "inputs",
+    "Model": "loader", "Package": "loader", "choose_variant": "loader", "Manifest": "manifest",
+}
+__all__ = sorted(_EXPORTS)
+
+
+_MODULES = ("buckets", "cuda", "graphs", "inputs", "loader", "manifest")
+
+
+def __getattr__(name):
+    # Lazy, so that ``manifest`` imports without torch (the build's options read it).
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    if name in _MODULES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,19 +2,18 @@
 
    A CPython extension on the stable ABI only (abi3, CPython >= 3.10), so one build loads on
    every later Python. No CUDA header and no link to libcuda: Python hands over the address of
-   cuLaunchKernel (or cuLaunchKernelEx) from its ctypes handle of the driver.
+   cuLaunchKernelEx from its ctypes handle of the driver.
 
-   launcher(driver_fn, ex, function, grid, block, shared, stream, n, tail, pointer_of, on_error, keep[, kinds])
-   returns ``launch(*tensors)``, a builtin function bound to a Launcher holding the whole launch
-   but the n tensor pointers: a call asks ``pointer_of(t)`` (torch.Tensor.data_ptr) for each
-   tensor (or, when ``pointer_of`` is a str, calls that method of the tensor), appends the ``tail``
-   pointers (Triton's scratch) and calls the driver. ``kinds`` (bytes, one per parameter): b"i"
-   marks an integer parameter, given as a Python int and passed as its 64-bit two's complement
-   (the driver reads the parameter's own width from it: little-endian); b"p" a pointer. The parameter
-   values live on the C stack of the call, so concurrent calls of one launcher never share them.
-   A wrong argument count raises TypeError; a failed launch calls ``on_error(CUresult)``, which
-   raises the driver's error (RuntimeError if it returns). ``keep`` is held for the launcher's
-   lifetime (buffers whose addresses the launch uses). */
+   launcher(driver_fn, function, grid, block, shared, stream, tail, pointer_of, on_error, keep, kinds)
+   returns ``launch(*args)``, a builtin function bound to a Launcher holding the whole launch but
+   the arguments. ``kinds`` (bytes, one per parameter) says how each argument is passed: b"p" a
+   tensor, whose ``pointer_of(t)`` (torch.Tensor.data_ptr) is passed; b"i" a Python int, passed
+   as its 64-bit two's complement (the driver reads the parameter's own width from it:
+   little-endian); b"f" a float passed as fp32; b"d" as fp64. The ``tail`` pointers (Triton's
+   scratch) follow. The parameter values live on the C stack of the call, so concurrent calls of
+   one launcher never share them. A wrong argument count raises TypeError; a failed launch calls
+   ``on_error(CUresult)``, which raises the driver's error (RuntimeError if it returns). ``keep``
+   is held for the launcher's lifetime (buffers whose addresses the launch uses). */
 #define Py_LIMITED_API 0x030A0000
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -30,19 +29,15 @@ typedef struct { /* CUlaunchConfig, as cuda.h declares it */
     unsigned int num_attrs;
 } LaunchConfig;
 
-typedef int (*LaunchFn)(void *function, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
-                        unsigned int by, unsigned int bz, unsigned int shared, void *stream, void **params,
-                        void **extra);
 typedef int (*LaunchExFn)(const LaunchConfig *config, void *function, void **params, void **extra);
 
 typedef struct {
     PyObject_HEAD
     void *driver_fn, *function;
-    int ex, by_name;
     LaunchConfig config;
     Py_ssize_t n, n_tail;
     uint64_t tail[MAX_TAIL];
-    PyObject *pointer_of, *on_error, *keep, *kinds; /* kinds: bytes or NULL (all pointers) */
+    PyObject *pointer_of, *on_error, *keep, *kinds;
     const char *kind;
 } Launcher;
 
@@ -56,19 +51,30 @@ static PyObject *launch(PyObject *self_, PyObject *const *args, Py_ssize_t nargs
     void *params[self->n + self->n_tail + 1];
     for (Py_ssize_t i = 0; i < self->n; i++) {
         params[i] = &values[i];
-        if (self->kind != NULL && self->kind[i] == 'i') {
+        values[i] = 0;
+        switch (self->kind[i]) {
+        case 'i':
             values[i] = PyLong_AsUnsignedLongLongMask(args[i]);
-            if (values[i] == (uint64_t)-1 && PyErr_Occurred())
-                return NULL;
-            continue;
+            break;
+        case 'f': {
+            float value = (float)PyFloat_AsDouble(args[i]);
+            memcpy(&values[i], &value, sizeof value);
+            break;
         }
-        PyObject *pointer = self->by_name ? PyObject_CallMethodObjArgs(args[i], self->pointer_of, NULL)
-                                          : PyObject_CallFunctionObjArgs(self->pointer_of, args[i], NULL);
-        if (pointer == NULL)
-            return NULL;
-        values[i] = PyLong_AsUnsignedLongLong(pointer);
-        Py_DECREF(pointer);
-        if (values[i] == (uint64_t)-1 && PyErr_Occurred())
+        case 'd': {
+            double value = PyFloat_AsDouble(args[i]);
+            memcpy(&values[i], &value, sizeof value);
+            break;
+        }
+        default: {
+            PyObject *pointer = PyObject_CallFunctionObjArgs(self->pointer_of, args[i], NULL);
+            if (pointer == NULL)
+                return NULL;
+            values[i] = PyLong_AsUnsignedLongLong(pointer);
+            Py_DECREF(pointer);
+        }
+        }
+        if (PyErr_Occurred())
             return NULL;
     }
     for (Py_ssize_t i = 0; i < self->n_tail; i++) {
@@ -76,10 +82,7 @@ static PyObject *launch(PyObject *self_, PyObject *const *args, Py_ssize_t nargs
         params[self->n + i] = &values[self->n + i];
     }
     const LaunchConfig *c = &self->config;
-    int result = self->ex ? ((LaunchExFn)self->driver_fn)(c, self->function, params, NULL)
-                          : ((LaunchFn)self->driver_fn)(self->function, c->grid[0], c->grid[1], c->grid[2],
-                                                        c->block[0], c->block[1], c->block[2], c->shared,
-                                                        c->stream, params, NULL);
+    int result = ((LaunchExFn)self->driver_fn)(c, self->function, params, NULL);
     if (result == 0)
         Py_RETURN_NONE;
     PyObject *code = PyLong_FromLong(result);
@@ -88,33 +91,31 @@ static PyObject *launch(PyObject *self_, PyObject *const *args, Py_ssize_t nargs
     if (raised == NULL)
         return NULL;
     Py_DECREF(raised);
-    return PyErr_Format(PyExc_RuntimeError, "%s failed: CUresult %d", self->ex ? "cuLaunchKernelEx" : "cuLaunchKernel",
-                        result);
+    return PyErr_Format(PyExc_RuntimeError, "cuLaunchKernelEx failed: CUresult %d", result);
 }
 
 static PyMethodDef launch_def = {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
-                                 "launch(*tensors): the kernel on its stream, with these tensors' pointers."};
+                                 "launch(*args): the kernel on its stream, with these arguments."};
 
 static PyObject *new_launcher(PyObject *module, PyObject *args) {
     (void)module;
     unsigned long long driver_fn, function, stream;
-    int ex;
     unsigned int grid[3], block[3], shared;
-    Py_ssize_t n;
-    PyObject *tail, *pointer_of, *on_error, *keep, *kinds = NULL;
-    if (!PyArg_ParseTuple(args, "KpK(III)(III)IKnO!OOO|O!:launcher", &driver_fn, &ex, &function, &grid[0], &grid[1],
-                          &grid[2], &block[0], &block[1], &block[2], &shared, &stream, &n, &PyTuple_Type, &tail,
+    PyObject *tail, *pointer_of, *on_error, *keep, *kinds;
+    if (!PyArg_ParseTuple(args, "KK(III)(III)IKO!OOOO!:launcher", &driver_fn, &function, &grid[0], &grid[1],
+                          &grid[2], &block[0], &block[1], &block[2], &shared, &stream, &PyTuple_Type, &tail,
                           &pointer_of, &on_error, &keep, &PyBytes_Type, &kinds))
         return NULL;
-    if (kinds != NULL && PyBytes_Size(kinds) != n)
-        return PyErr_Format(PyExc_ValueError, "launcher: %zd kinds for %zd parameters", PyBytes_Size(kinds), n);
-    Py_ssize_t n_tail = PyTuple_Size(tail);
+    Py_ssize_t n = PyBytes_Size(kinds), n_tail = PyTuple_Size(tail);
+    const char *kind = PyBytes_AsString(kinds);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (strchr("pifd", kind[i]) == NULL || kind[i] == 0)
+            return PyErr_Format(PyExc_ValueError, "launcher: unknown parameter kind %c", kind[i]);
     if (driver_fn == 0 || n < 0 || n_tail > MAX_TAIL || n + n_tail > MAX_PARAMS)
         return PyErr_Format(PyExc_ValueError, "launcher: no driver function, or %zd + %zd parameters (at most %d + %d)",
                             n, n_tail, MAX_PARAMS - MAX_TAIL, MAX_TAIL);
-    int by_name = PyUnicode_Check(pointer_of);
-    if (!(by_name || PyCallable_Check(pointer_of)) || !PyCallable_Check(on_error))
-        return PyErr_Format(PyExc_TypeError, "launcher: pointer_of must be callable or a method name, on_error callable");
+    if (!PyCallable_Check(pointer_of) || !PyCallable_Check(on_error))
+        return PyErr_Format(PyExc_TypeError, "launcher: pointer_of and on_error must be callable");
     uint64_t tail_values[MAX_TAIL];
     for (Py_ssize_t i = 0; i < n_tail; i++) {
         tail_values[i] = PyLong_AsUnsignedLongLong(PyTuple_GetItem(tail, i));
@@ -126,16 +127,15 @@ static PyObject *new_launcher(PyObject *module, PyObject *args) {
         return NULL;
     self->driver_fn = (void *)(uintptr_t)driver_fn;
     self->function = (void *)(uintptr_t)function;
-    self->ex = ex, self->by_name = by_name;
     LaunchConfig config = {{grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, shared,
                            (void *)(uintptr_t)stream, NULL, 0};
     self->config = config;
     self->n = n;
     self->n_tail = n_tail;
     memcpy(self->tail, tail_values, sizeof tail_values);
-    Py_INCREF(pointer_of), Py_INCREF(on_error), Py_INCREF(keep), Py_XINCREF(kinds);
+    Py_INCREF(pointer_of), Py_INCREF(on_error), Py_INCREF(keep), Py_INCREF(kinds);
     self->pointer_of = pointer_of, self->on_error = on_error, self->keep = keep, self->kinds = kinds;
-    self->kind = kinds != NULL ? PyBytes_AsString(kinds) : NULL;
+    self->kind = kind;
     PyObject *bound = PyCFunction_NewEx(&launch_def, (PyObject *)self, NULL);
     Py_DECREF(self);
     return bound;
@@ -157,7 +157,7 @@ static PyType_Spec launcher_spec = {"_launch.Launcher", sizeof(Launcher), 0, Py_
 
 static PyMethodDef methods[] = {
     {"launcher", new_launcher, METH_VARARGS,
-     "launcher(driver_fn, ex, function, grid, block, shared, stream, n, tail, pointer_of, on_error, keep[, kinds])"
+     "launcher(driver_fn, function, grid, block, shared, stream, tail, pointer_of, on_error, keep, kinds)"
      " -> launch"},
     {NULL, NULL, 0, NULL}};
 

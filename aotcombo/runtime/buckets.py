@@ -17,6 +17,7 @@ import threading
 import torch
 
 from .graphs import flatten, unflatten
+from .manifest import Buckets
 
 
 def lookup_table(sizes, pad: bool) -> list[int]:
@@ -39,10 +40,10 @@ class BucketedModel:
     """``model(*inputs)`` runs the bucket of the inputs' batch size. ``load_bucket(size)``
     returns the model (op by op or graph) of one bucket."""
 
-    def __init__(self, name: str, device: torch.device, load_bucket, batch: dict, input_names: list[str]):
+    def __init__(self, name: str, device: torch.device, load_bucket, buckets: Buckets, input_names: list[str]):
         self.name, self.device, self._load_bucket = name, device, load_bucket
-        self.sizes, self.pad = tuple(batch["sizes"]), bool(batch.get("pad"))
-        self._inputs, self._outputs = tuple(batch["inputs"]), tuple(batch.get("outputs", ()))
+        self.sizes, self.pad = buckets.sizes, buckets.pad
+        self._inputs, self._outputs = buckets.batched_inputs, buckets.batched_outputs
         self._first, self._names = self._inputs[0], input_names
         self._table, self._models, self._lock = lookup_table(self.sizes, self.pad), {}, threading.Lock()
         self.mutated = ()

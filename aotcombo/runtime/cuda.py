@@ -4,27 +4,19 @@
 machine without a GPU. Every call's CUresult is checked: a failure raises CudaError
 (a RuntimeError) naming the call and the driver's own error name and text.
 
-Launching: ``Kernel.bind(stream)`` returns a launcher, ``launch(*args)``, made by the
-module attribute ``launcher``: ``_native_launcher`` when the C launcher ``_launch``
-(``_launch.c``, compiled into the wheel at build time as ``_launch.abi3.so``) imports,
-else ``_ctypes_launcher``. Both take the same arguments and raise the same errors.
-``AOTCOMBO_LAUNCHER=ctypes`` in the environment (read at import), or setting
-``launcher = _ctypes_launcher`` before a model's first call, forces the ctypes one.
-
-The C one holds everything but the tensors' pointers; a launch asks each tensor for its
-``data_ptr()`` and calls cuLaunchKernel(Ex) directly, the parameter values on the C
-stack, so concurrent launches never share them (host costs of both launchers:
-benchmarks/launch_overhead.py). It takes pointer and integer parameters (a dynamic
-batch's sizes): a kernel with a floating-point parameter launches through ctypes.
-
-The ctypes one prebuilds everything but the parameter values; a launch packs the
-arguments' ``data_ptr()`` into the parameter storage and makes a single foreign call,
-through a PyDLL handle: it keeps the GIL during the call (CPython 3.10-3.12; a
-free-threaded build would need a lock per launcher).
+Launching: ``Kernel.bind(stream)`` returns ``launch(*args)``, which holds the whole
+``cuLaunchKernelEx`` call but the argument values. Two makers of it, with the same
+arguments and errors: the C launcher (``_launch.c``, in the native wheel as
+``_launch.abi3.so``: 3.5 us a launch on an H100 host), when it imports, else ctypes
+(4.6 us: the arguments are packed into a prebuilt buffer with one ``struct.pack_into``,
+and one foreign call made through a PyDLL handle, which keeps the GIL).
+``AOTCOMBO_LAUNCHER=ctypes`` (read at import) forces the ctypes one. Graph mode calls
+a launcher only while it captures; the op-by-op mode calls one per kernel per call.
 """
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import functools
 import os
@@ -51,15 +43,14 @@ _API = {
     "cuModuleLoadData": [POINTER(c_void_p), c_char_p],
     "cuModuleGetFunction": [POINTER(c_void_p), c_void_p, c_char_p],
     "cuFuncSetAttribute": [c_void_p, c_int, c_int],
-    "cuLaunchKernel": [c_void_p, *[c_uint] * 7, c_void_p, c_void_p, c_void_p],
 }
 
-# Kernel parameter kinds (Triton's scalar type names; "ptr" or "*..." for pointers).
-_CTYPES = {
-    "ptr": c_void_p, "i1": ctypes.c_int8, "i8": ctypes.c_int8, "i16": ctypes.c_int16,
-    "i32": ctypes.c_int32, "i64": ctypes.c_int64, "u1": ctypes.c_uint8, "u8": ctypes.c_uint8,
-    "u16": ctypes.c_uint16, "u32": ctypes.c_uint32, "u64": ctypes.c_uint64,
-    "fp32": ctypes.c_float, "fp64": ctypes.c_double,
+# Kernel parameter kinds (Triton's type names; "ptr" for pointers), each passed in an
+# 8-byte slot: (struct format of the value and its padding, the C launcher's kind).
+PARAMS = {
+    "ptr": ("Q", "p"), "i1": ("b7x", "i"), "i8": ("b7x", "i"), "i16": ("h6x", "i"), "i32": ("i4x", "i"),
+    "i64": ("q", "i"), "u1": ("B7x", "i"), "u8": ("B7x", "i"), "u16": ("H6x", "i"), "u32": ("I4x", "i"),
+    "u64": ("Q", "i"), "fp32": ("f4x", "f"), "fp64": ("d", "d"),
 }
 
 
@@ -90,8 +81,10 @@ class _Driver:
             except AttributeError:
                 raise CudaError(f"{path} has no {name}: the NVIDIA driver is too old") from None
             fn.argtypes, fn.restype = argtypes, c_int
-        # cuLaunchKernelEx (CUDA >= 11.8; what Triton calls) takes 4 arguments to ctypes' 11
-        self.launch_ex, self.launch = getattr(fast, "cuLaunchKernelEx", None), fast.cuLaunchKernel
+        try:  # CUDA >= 11.8, what Triton calls: 4 arguments to cuLaunchKernel's 11
+            self.launch = fast.cuLaunchKernelEx
+        except AttributeError:
+            raise CudaError(f"{path} has no cuLaunchKernelEx: the NVIDIA driver is older than CUDA 11.8") from None
         self.get_context = fast.cuCtxGetCurrent
         self.context = c_void_p()  # cuCtxGetCurrent's out-parameter, written under the GIL
         self.context_ref = byref(self.context)
@@ -158,6 +151,15 @@ def get_function(module: int, name: str) -> int:
     return function.value
 
 
+def current_stream(device_index: int) -> int:
+    """torch's current stream on a device, as a raw CUstream."""
+    return _raw_stream(device_index)
+
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda index: torch.cuda.current_stream(index).cuda_stream)
+
+
 class Kernel:
     """A loaded Triton kernel with its launch fixed: grid, warps, shared memory, parameter kinds.
 
@@ -169,16 +171,22 @@ class Kernel:
     def __init__(self, function: int, grid, num_warps: int, shared: int, params,
                  global_scratch=(0, 1), profile_scratch=(0, 1), device="cuda"):
         self.driver = _driver()
-        unknown = [k for k in params if not k.startswith("*") and k not in _CTYPES]
+        unknown = [k for k in params if k not in PARAMS]
         if unknown:
-            raise ValueError(f"unknown kernel parameter kind {unknown[0]!r}; known: {', '.join(_CTYPES)}")
+            raise ValueError(f"unknown kernel parameter kind {unknown[0]!r}; known: {', '.join(PARAMS)}")
         self.function, self.grid, self.block, self.shared = function, tuple(grid), 32 * num_warps, shared
-        self.params = ["ptr" if k.startswith("*") else k for k in params]
+        self.params = tuple(params)
         blocks = grid[0] * grid[1] * grid[2]
         self.scratch = [(size * blocks, align) for size, align in (global_scratch, profile_scratch)]
-        self.device, self._bound = torch.device(device), {}
+        self.device = torch.device(device)
         if shared > 48 * 1024:
             self.driver.call("cuFuncSetAttribute", function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
+
+    def sized(self, grid: int) -> Kernel:
+        """This kernel with a 1-D grid of ``grid`` programs (a dynamic batch's launch)."""
+        sized = copy.copy(self)
+        sized.grid = (grid, 1, 1)
+        return sized
 
     def bind(self, stream: int):
         """A launcher of this kernel on ``stream`` (a raw CUstream), allocating its scratch
@@ -189,94 +197,53 @@ class Kernel:
                     for b, (_, align) in zip(buffers, self.scratch)]
         return launcher(self, stream, pointers, buffers)
 
-    def __call__(self, stream: int, *args) -> None:
-        """Launch on ``stream`` (binds once per stream; the program calls bound launchers)."""
-        launch = self._bound.get(stream) or self._bound.setdefault(stream, self.bind(stream))
-        launch(*args)
+
+def _config(kernel: Kernel, stream: int) -> LaunchConfig:
+    return LaunchConfig(kernel.grid, (kernel.block, 1, 1), kernel.shared, stream, None, 0)
 
 
-def _ctypes_launcher(kernel: Kernel, stream: int, scratch: list[int], keep_alive):
-    """``launch(*args)``: ``kernel`` on ``stream`` through ctypes: cuLaunchKernelEx, or cuLaunchKernel
-    on a driver older than CUDA 11.8."""
-    n, pointers_only = len(kernel.params), all(k == "ptr" for k in kernel.params)
-    if pointers_only:  # all aotcombo builds: the parameters are one packed array
-        storage = (ctypes.c_uint64 * (n + 2))(*[0] * n, *scratch)
-        addresses = [ctypes.addressof(storage) + 8 * i for i in range(n + 2)]
-    else:
-        storage = [_CTYPES[k]() for k in kernel.params] + [c_void_p(p) for p in scratch]
-        addresses = [ctypes.addressof(slot) for slot in storage]
-    argv = (c_void_p * (n + 2))(*addresses)
-    call, config = _launch_call(kernel, stream, argv)
-    launch = (_pointers_launch if pointers_only else _slots_launch)(kernel.driver, call, storage, n)
+def ctypes_launcher(kernel: Kernel, stream: int, scratch: list[int], keep_alive):
+    """``launch(*args)``: ``kernel`` on ``stream`` through ctypes: the arguments (tensors,
+    ints, floats) packed into one buffer of 8-byte slots, then one cuLaunchKernelEx."""
+    n = len(kernel.params)
+    pack = struct.Struct("<" + "".join(PARAMS[k][0] for k in kernel.params)).pack_into
+    storage = (ctypes.c_uint64 * (n + 2))(*[0] * n, *scratch)
+    argv = (c_void_p * (n + 2))(*[ctypes.addressof(storage) + 8 * i for i in range(n + 2)])
+    config = _config(kernel, stream)
+    cu_launch, driver = kernel.driver.launch, kernel.driver
+    head = (c_void_p(ctypes.addressof(config)), c_void_p(kernel.function), argv, None)
+    tensor, data_ptr = torch.Tensor, torch.Tensor.data_ptr
+    pointers_only = all(k == "ptr" for k in kernel.params)
+
+    def launch(*args):
+        try:
+            pack(storage, 0, *(map(data_ptr, args) if pointers_only else
+                               (a.data_ptr() if isinstance(a, tensor) else a for a in args)))
+        except (struct.error, TypeError):
+            if len(args) != n:
+                raise TypeError(f"kernel takes {n} arguments, got {len(args)}") from None
+            raise TypeError(f"kernel takes ({', '.join(kernel.params)}), got "
+                            f"({', '.join(type(a).__name__ for a in args)})") from None
+        result = cu_launch(*head)
+        if result:
+            driver.check("cuLaunchKernelEx", result)
+
     launch.keep_alive = (storage, argv, config, keep_alive)  # the call holds bare addresses
     return launch
 
 
-def _launch_call(kernel: Kernel, stream: int, argv) -> tuple:
-    """(function, arguments) of the driver call that launches ``kernel`` on ``stream``
-    with parameters ``argv``, and the launch config it points to (None without one)."""
-    function, block, launch_ex = c_void_p(kernel.function), (kernel.block, 1, 1), kernel.driver.launch_ex
-    if launch_ex is not None:
-        config = LaunchConfig(kernel.grid, block, kernel.shared, stream, None, 0)
-        return (launch_ex, (c_void_p(ctypes.addressof(config)), function, argv, None)), config
-    return (kernel.driver.launch, (function, *map(c_uint, kernel.grid + block), c_uint(kernel.shared),
-                                   c_void_p(stream), argv, None)), None
-
-
-def _pointers_launch(driver: _Driver, call: tuple, storage, n: int):
-    """A launch that packs every argument's ``data_ptr()`` into the array (all tensors)."""
-    (cu_launch, head), data_ptr, pack = call, torch.Tensor.data_ptr, struct.Struct(f"{n}Q").pack_into
-
-    def launch(*args):
-        try:
-            pack(storage, 0, *map(data_ptr, args))
-        except struct.error:
-            raise TypeError(f"kernel takes {n} arguments, got {len(args)}") from None
-        result = cu_launch(*head)
-        if result:
-            driver.check(cu_launch.__name__, result)
-
-    return launch
-
-
-def _slots_launch(driver: _Driver, call: tuple, storage: list, n: int):
-    """A launch that writes each argument, tensor or number, into its typed slot."""
-    (cu_launch, head), slots = call, storage[:n]
-
-    def launch(*args):
-        if len(args) != n:
-            raise TypeError(f"kernel takes {n} arguments, got {len(args)}")
-        for slot, arg in zip(slots, args):
-            slot.value = arg.data_ptr() if isinstance(arg, torch.Tensor) else arg
-        result = cu_launch(*head)
-        if result:
-            driver.check(cu_launch.__name__, result)
-
-    return launch
-
-
-_INTEGERS = {"i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64"}
-
-
-def _native_launcher(kernel: Kernel, stream: int, scratch: list[int], keep_alive):
-    """``launch(*args)``: ``kernel`` on ``stream`` through the C launcher (``_launch.c``), tensors
-    and integers (a dynamic batch's sizes); through ctypes when it is not there or the kernel has
-    floating-point parameters."""
-    if _launch is None or any(k != "ptr" and k not in _INTEGERS for k in kernel.params):
-        return _ctypes_launcher(kernel, stream, scratch, keep_alive)
+def native_launcher(kernel: Kernel, stream: int, scratch: list[int], keep_alive):
+    """``launch(*args)``: ``kernel`` on ``stream`` through the C launcher (``_launch.c``)."""
     driver = kernel.driver
-    ex = driver.launch_ex is not None
-    cu_launch = driver.launch_ex if ex else driver.launch
-    kinds = bytes(b"p"[0] if k == "ptr" else b"i"[0] for k in kernel.params)
-    return _launch.launcher(ctypes.cast(cu_launch, c_void_p).value, ex, kernel.function, kernel.grid,
-                            (kernel.block, 1, 1), kernel.shared, stream, len(kernel.params), tuple(scratch),
-                            torch.Tensor.data_ptr, functools.partial(driver.check, cu_launch.__name__), keep_alive,
-                            kinds)
+    kinds = "".join(PARAMS[k][1] for k in kernel.params).encode()
+    return _launch.launcher(ctypes.cast(driver.launch, c_void_p).value, kernel.function, kernel.grid,
+                            (kernel.block, 1, 1), kernel.shared, stream, tuple(scratch), torch.Tensor.data_ptr,
+                            functools.partial(driver.check, "cuLaunchKernelEx"), keep_alive, kinds)
 
 
 try:
     from . import _launch
-except ImportError:  # built without a C compiler, or another platform or Python than the build's
+except ImportError:  # the pure wheel, or another platform or Python than the native wheel's
     _launch = None
 
-launcher = _ctypes_launcher if _launch is None or os.environ.get("AOTCOMBO_LAUNCHER") == "ctypes" else _native_launcher
+launcher = ctypes_launcher if _launch is None or os.environ.get("AOTCOMBO_LAUNCHER") == "ctypes" else native_launcher

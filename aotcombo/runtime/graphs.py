@@ -27,10 +27,9 @@ import warnings
 
 import torch
 
+from . import cuda
 from .inputs import allocate
 
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
-    lambda index: torch.cuda.current_stream(index).cuda_stream)
 _foreach_copy = getattr(torch, "_foreach_copy_", None)
 FOREACH_FROM = 8  # copy this many tensors or more with one _foreach_copy_, fewer one by one (memcpys)
 
@@ -99,7 +98,8 @@ class StreamOrder:
 
     @classmethod
     def on(cls, device: torch.device) -> StreamOrder:
-        return cls(lambda: _raw_stream(device.index), lambda: torch.cuda.current_stream(device), torch.cuda.Event())
+        return cls(lambda: cuda.current_stream(device.index), lambda: torch.cuda.current_stream(device),
+                   torch.cuda.Event())
 
     def join(self) -> None:
         raw = self._raw_stream()
@@ -139,7 +139,7 @@ class GraphModel:
 
     def __init__(self, model, graph, inputs: tuple, outputs, copy_outputs: bool = True, order=None, lock=None):
         self.name, self.variant, self.device, self.weights = model.name, model.variant, model.device, model.weights
-        self._model, self._graph, self._inputs, self._guard = model, graph, inputs, model._guard
+        self._model, self._graph, self._inputs, self.guard = model, graph, inputs, model.guard
         self._outputs, self._spec = flatten(outputs)
         self.mutated = getattr(model, "mutated", ())
         self.copy_outputs, self._lock = copy_outputs, lock or threading.Lock()
@@ -148,7 +148,7 @@ class GraphModel:
     @classmethod
     def capture(cls, model, copy_outputs: bool = True) -> GraphModel:
         """Capture ``model`` (a Model: its kernels and weights) with fresh static inputs."""
-        inputs = allocate(model._specs, model.device)
+        inputs = allocate(model.specs, model.device)
         graph, outputs = capture(model.run, inputs, model.device)
         return cls(model, graph, inputs, outputs, copy_outputs)
 
@@ -162,8 +162,8 @@ class GraphModel:
 
     def __call__(self, *inputs):
         fresh = not self.holds(inputs)
-        if fresh and self._guard is not None:
-            self._guard(inputs)
+        if fresh and self.guard is not None:
+            self.guard(inputs)
         return self.replay_checked(inputs, fresh)
 
     def replay_checked(self, inputs: tuple, fresh: bool):
@@ -197,8 +197,8 @@ class GraphPerSize:
         self.name, self.variant, self.device, self.weights = model.name, model.variant, model.device, model.weights
         self.mutated, self.copy_outputs, self.max_graphs = model.mutated, copy_outputs, max_graphs
         self._strict = strict  # a failed capture raises (load(graphs=True)); else that size runs op by op
-        self._model, self._guard, self._graphs = model, model._guard, {}
-        self._first = next(i for i, spec in enumerate(model._specs) if None in spec[2])
+        self._model, self.guard, self._graphs = model, model.guard, {}
+        self._first = next(i for i, spec in enumerate(model.specs) if spec.batched)
         self._lock, self._order, self._pool = threading.Lock(), StreamOrder.on(model.device), None
 
     def __call__(self, *inputs):
@@ -208,8 +208,8 @@ class GraphPerSize:
             graph = None
         fresh = graph is None or not graph.holds(inputs)
         if fresh:  # a graph's own static inputs need no check
-            if self._guard is not None:
-                self._guard(inputs)
+            if self.guard is not None:
+                self.guard(inputs)
             if graph is None:
                 graph = self._capture(inputs[self._first].shape[0])
         return graph.replay_checked(inputs, fresh)
@@ -243,7 +243,7 @@ class GraphPerSize:
     def _capture_size(self, size: int):
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
-        inputs = allocate(self._model._specs, self.device, batch=size)
+        inputs = allocate(self._model.specs, self.device, batch=size)
         try:
             graph, outputs = capture(self._model.run, inputs, self.device, pool=self._pool)
         except Exception as e:

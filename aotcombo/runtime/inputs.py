@@ -1,24 +1,70 @@
-"""A package's inputs: their specs from the manifest, the guards that check them, static buffers.
+"""A package's inputs: their specs, the guards that check them, static buffers.
 
-A spec is ``(name, dtype, shape, stride, align)``; in a package with a dynamic batch the
-batch dim of a shape is None, and every such dim must hold the same size, inside the
-built range. ``check_inputs`` finds and names the first mismatch; ``make_guard`` returns the
-per-call check: one comparison of a list of per-input tuples with the expected one (and,
-with a dynamic batch, one range test), falling back to ``check_inputs`` for the message.
+An ``InputSpec`` is a manifest ``Input`` with its dtype as a ``torch.dtype``; in a
+package with a dynamic batch the batch dim of a shape is ``BATCH``, and every such dim
+must hold the same size, inside the built range. ``check_inputs`` finds and names the
+first mismatch; ``make_guard`` returns the per-call check: one comparison of a list of
+per-input tuples with the expected one (and, with a dynamic batch, one range test),
+falling back to ``check_inputs`` for the message.
 """
 
 from __future__ import annotations
 
+import re
+from typing import NamedTuple
+
 import torch
 
-
-def input_specs(inputs: list[dict]) -> list[tuple]:
-    """The manifest's inputs as (name, dtype, shape, stride, align) tuples for check_inputs."""
-    return [(s["name"], getattr(torch, s["dtype"]), tuple(None if d == "batch" else d for d in s["shape"]),
-             tuple(s["stride"]), s.get("align", 1)) for s in inputs]
+from .manifest import BATCH, Input
 
 
-def check_inputs(specs: list[tuple], inputs: tuple, device: torch.device | None = None,
+class InputSpec(NamedTuple):
+    name: str
+    dtype: torch.dtype
+    shape: tuple  # ints, and BATCH for a dynamic batch dim
+    stride: tuple
+    align: int  # bytes the data pointer must be a multiple of
+    mutated: bool  # the model updates it in place
+
+    @classmethod
+    def of(cls, i: Input) -> InputSpec:
+        return cls(i.name, getattr(torch, i.dtype), tuple(i.shape), tuple(i.stride), i.align, i.mutated)
+
+    @property
+    def batched(self) -> bool:
+        return BATCH in self.shape
+
+    def shape_at(self, batch: int | None) -> tuple[int, ...]:
+        return at_batch(self.shape, batch)
+
+    def stride_at(self, batch: int | None) -> tuple[int, ...]:
+        return at_batch(self.stride, batch)
+
+    def shown(self) -> str:
+        dims = ", ".join(str(d) for d in self.shape)
+        return f"({dims}{',' if len(self.shape) == 1 else ''})"
+
+
+_EXPRESSION = re.compile(rf"[0-9+*() ]*({BATCH}[0-9+*() ]*)*")
+
+
+def at_batch(dims: tuple, batch: int | None) -> tuple[int, ...]:
+    """Sizes or strides at a batch size: ``BATCH`` is the batch itself, a text such as
+    ``"64*batch"`` (a stride after a dim that depends on it) an expression of it."""
+    if all(isinstance(d, int) for d in dims):
+        return dims
+    if batch is None:
+        raise ValueError(f"{dims} depend on the batch size, and none was given")
+    return tuple(d if isinstance(d, int) else batch if d == BATCH else _evaluate(d, batch) for d in dims)
+
+
+def _evaluate(text: str, batch: int) -> int:
+    if not _EXPRESSION.fullmatch(text):
+        raise ValueError(f"cannot evaluate the size {text!r}: the package is damaged or was not built by this aotcombo")
+    return int(eval(text, {"__builtins__": {}}, {BATCH: batch}))  # noqa: S307 - digits, + * ( ) and batch only
+
+
+def check_inputs(specs: list[InputSpec], inputs: tuple, device: torch.device | None = None,
                  batch_range: tuple[int, int] | None = None) -> None:
     """Raise TypeError (type, dtype) or ValueError (the rest) unless the inputs match the specs.
 
@@ -26,20 +72,19 @@ def check_inputs(specs: list[tuple], inputs: tuple, device: torch.device | None 
     """
     batch = None
     if len(inputs) != len(specs):
-        raise ValueError(f"expected {len(specs)} inputs ({', '.join(s[0] for s in specs)}), got {len(inputs)}")
-    for i, ((name, dtype, shape, stride, align), t) in enumerate(zip(specs, inputs)):
-        what = f"input {i} ({name!r})"
+        raise ValueError(f"expected {len(specs)} inputs ({', '.join(s.name for s in specs)}), got {len(inputs)}")
+    for i, (spec, t) in enumerate(zip(specs, inputs)):
+        what = f"input {i} ({spec.name!r})"
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{what}: expected a torch.Tensor, got {type(t).__name__}")
         if device is not None and t.device != device:
             raise ValueError(f"{what}: expected device {device}, got {t.device}")
-        if t.dtype != dtype:
-            raise TypeError(f"{what}: expected dtype {dtype}, got {t.dtype}")
-        if len(t.shape) != len(shape) or any(e is not None and e != d for e, d in zip(shape, t.shape)):
-            shown = "(" + ", ".join("batch" if e is None else str(e) for e in shape) + ("," if len(shape) == 1 else "") + ")"
-            raise ValueError(f"{what}: expected shape {shown}, got {tuple(t.shape)}")
-        if None in shape:
-            size = t.shape[shape.index(None)]
+        if t.dtype != spec.dtype:
+            raise TypeError(f"{what}: expected dtype {spec.dtype}, got {t.dtype}")
+        if len(t.shape) != len(spec.shape) or any(e != BATCH and e != d for e, d in zip(spec.shape, t.shape)):
+            raise ValueError(f"{what}: expected shape {spec.shown()}, got {tuple(t.shape)}")
+        if spec.batched:
+            size = t.shape[spec.shape.index(BATCH)]
             low, high = batch_range or (0, size)
             if not low <= size <= high:
                 raise ValueError(f"{what}: batch size {size} is outside the range {low}..{high} the package was "
@@ -48,19 +93,20 @@ def check_inputs(specs: list[tuple], inputs: tuple, device: torch.device | None 
                 raise ValueError(f"{what}: batch size {size}, but input {batch[0]} has {batch[1]}: "
                                  "batched inputs must agree")
             batch = batch or (i, size)
+        stride = spec.stride_at(batch[1] if batch else None)
         if t.stride() != stride:
             raise ValueError(f"{what}: expected stride {stride}, got {t.stride()}")
-        if t.data_ptr() % align:
-            raise ValueError(f"{what}: expected data_ptr aligned to {align} bytes, got one {t.data_ptr() % align} "
-                             f"bytes past (storage offset {t.storage_offset()})")
+        if t.data_ptr() % spec.align:
+            raise ValueError(f"{what}: expected data_ptr aligned to {spec.align} bytes, got one "
+                             f"{t.data_ptr() % spec.align} bytes past (storage offset {t.storage_offset()})")
 
 
-def make_guard(specs: list[tuple], device: torch.device, batch_range: tuple[int, int] | None = None):
+def make_guard(specs: list[InputSpec], device: torch.device, batch_range: tuple[int, int] | None = None):
     """``guard(inputs)``: check_inputs(specs, inputs, device, batch_range), cheap when they match."""
-    if any(None in shape for _, _, shape, _, _ in specs):
+    if any(s.batched for s in specs):
         return _dynamic_guard(specs, device, batch_range)
-    expected = [(dtype, shape, stride, device, 0) for _, dtype, shape, stride, _ in specs]
-    masks, n = [align - 1 for *_, align in specs], len(specs)
+    expected = [(s.dtype, s.shape, s.stride, device, 0) for s in specs]
+    masks, n = [s.align - 1 for s in specs], len(specs)
 
     def guard(inputs: tuple) -> None:
         try:
@@ -74,21 +120,29 @@ def make_guard(specs: list[tuple], device: torch.device, batch_range: tuple[int,
     return guard
 
 
-def _dynamic_guard(specs: list[tuple], device: torch.device, batch_range):
-    """The guard of a package with a dynamic batch (dim 0 of the batched inputs)."""
+def _dynamic_guard(specs: list[InputSpec], device: torch.device, batch_range):
+    """The guard of a package with a dynamic batch: the expected (dtype, shape, strides,
+    device, alignment) of every input at the batch size of the first batched one, made once
+    per size seen."""
     low, high = batch_range or (1, 1 << 62)
-    expected = [(dtype, shape[1:] if shape[:1] == (None,) else shape, stride, device, 0)
-                for _, dtype, shape, stride, _ in specs]
-    batched = [i for i, (_, _, shape, _, _) in enumerate(specs) if shape[:1] == (None,)]
-    first, masks, n = batched[0], [align - 1 for *_, align in specs], len(specs)
+    first = next(i for i, s in enumerate(specs) if s.batched)
+    dim, masks, n = specs[first].shape.index(BATCH), [s.align - 1 for s in specs], len(specs)
+    expected: dict[int, list] = {}
+
+    def expected_at(size: int) -> list:
+        if size not in expected:
+            if len(expected) >= 256:
+                expected.clear()
+            expected[size] = [(s.dtype, s.shape_at(size), s.stride_at(size), device, 0) for s in specs]
+        return expected[size]
 
     def guard(inputs: tuple) -> None:
         try:
-            if len(inputs) == n and [(t.dtype, t.shape[1:] if i in batched else t.shape, t.stride(), t.device,
-                                      t.data_ptr() & mask) for i, (t, mask) in enumerate(zip(inputs, masks))] == expected:
-                size = inputs[first].shape[0]
-                if low <= size <= high and all(inputs[i].shape[0] == size for i in batched):
-                    return
+            size = inputs[first].shape[dim]
+            if low <= size <= high and len(inputs) == n and [
+                    (t.dtype, t.shape, t.stride(), t.device, t.data_ptr() & mask)
+                    for t, mask in zip(inputs, masks)] == expected_at(size):
+                return
         except Exception:  # noqa: BLE001 (check_inputs names it)
             pass
         check_inputs(specs, inputs, device, batch_range)
@@ -96,9 +150,9 @@ def _dynamic_guard(specs: list[tuple], device: torch.device, batch_range):
     return guard
 
 
-def allocate(specs: list[tuple], device: torch.device, batch: int | None = None) -> tuple:
+def allocate(specs: list[InputSpec], device: torch.device, batch: int | None = None) -> tuple:
     """Zeroed tensors matching the specs, a dynamic batch dim of size ``batch`` (fresh
     allocations are 512-byte aligned)."""
-    return tuple(torch.empty_strided(tuple(batch if d is None else d for d in shape), stride, dtype=dtype,
+    return tuple(torch.empty_strided(s.shape_at(batch), s.stride_at(batch), dtype=s.dtype,
                                      device=device).zero_()
-                 for _, dtype, shape, stride, _ in specs)
+                 for s in specs)

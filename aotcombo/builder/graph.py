@@ -14,11 +14,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..runtime.manifest import Dynamic
+
 
 @dataclass(frozen=True)
 class TensorSpec:
     """Shape and strides are ints; with a dynamic batch (``--dynamic``) a graph input's
-    batch dim is the string ``"batch"``, and an allocation's or view's size or stride that
+    batch dim is ``BATCH``, and an allocation's or view's size or stride that
     depends on it is a ``Ref`` to the ``Scalar`` computing it."""
 
     shape: tuple
@@ -69,6 +71,9 @@ class Kernel:
     # Numels given at run time (a dynamic batch): their value in ``numels`` is the upper
     # bound of the range, which the block rules size for.
     dynamic_numels: tuple[str, ...] = ()
+    # A mixed-order reduction (Inductor's RSPLIT_SIZE): each program reduces this many rows
+    # and leaves partial results in a workspace sized for exactly this split.
+    rsplit_size: int | None = None
 
     @property
     def numel(self) -> dict[str, int]:
@@ -178,8 +183,8 @@ class Graph:
     # (input name, output index): the model updates that input in place; the
     # output holds its new value and the program copies it back.
     mutations: tuple[tuple[str, int], ...] = ()
-    # A dynamic batch: (batched user-input positions, min, max); None: static shapes.
-    dynamic: tuple | None = None
+    # A dynamic batch (its range and batched user inputs); None: static shapes.
+    dynamic: Dynamic | None = None
 
     @property
     def user_outputs(self) -> tuple[str | None, ...]:

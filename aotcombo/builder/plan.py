@@ -2,9 +2,11 @@
 
 The traced program is a list of ops over named values. We build its
 dependency graph on *storage* (a view writes what its base holds), give every
-op its ASAP level (longest path from the inputs), and combine the kernel
-launches of one level: two ops of one level never have a path between them,
-so each group is mutually independent by construction. Inside a level,
+op its ASAP level (longest path from the inputs, where only device ops, kernel
+launches and extern calls, add to a path's length: host-side allocations, views
+and sizes cost nothing), and combine the kernel launches of one level: two
+launches of one level never have a path between them, so each group is
+mutually independent by construction. Inside a level,
 launches are split the way Inductor's combo partition does
 (``triton_combo_kernel.py``): by tiling dimensionality, long reductions apart,
 very large pointwise kernels alone, and never more than ``MAX_ARGS`` distinct
@@ -21,12 +23,12 @@ from dataclasses import dataclass
 
 from . import blocks as blocks_mod
 from . import graph as g
+from .options import DISPATCHES
 
 MAX_ARGS = 250  # the seed's limit: more pointer arguments than this hit Triton limits
 LONG_REDUCTION = 2048  # rnumel above which a looped reduction runs long
 LARGE_POINTWISE = 51_200_000  # the seed's LARGE_NUMELS
 ROUND_ROBIN_UTILIZATION = 0.8  # the seed's BLOCK_UTILIZATION
-DISPATCHES = ("sequential", "round_robin", "auto")
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Combo:
     subs: tuple[SubKernel, ...]
     dispatch: str  # sequential | round_robin
     params: tuple[str, ...]  # distinct value names passed, in order
+    level: int  # the dependency level its sub-kernels share
 
     @property
     def num_warps(self) -> int:
@@ -71,6 +74,10 @@ class Plan:
     graph: g.Graph
     ops: tuple  # g.Op (except Launch) | ComboLaunch
     combos: tuple[Combo, ...]
+    levels: tuple[int, ...]  # each op's dependency level
+
+    def combo(self, name: str) -> Combo:
+        return next(c for c in self.combos if c.name == name)
 
     @property
     def kernel_launches(self) -> int:
@@ -153,11 +160,29 @@ def dependencies(graph: g.Graph) -> list[set[int]]:
     return deps
 
 
-def levels(deps: list[set[int]]) -> list[int]:
+def levels(deps: list[set[int]], costs: list[int] | None = None) -> list[int]:
+    """Each op's level: the longest path to it from the inputs, where an edge out of op ``d``
+    weighs ``costs[d]`` (default 1). Two ops whose levels are equal have no path between
+    them through an edge of weight 1."""
     level: list[int] = []
     for mine in deps:
-        level.append(1 + max((level[d] for d in mine), default=-1))
+        level.append(max((level[d] + (1 if costs is None else costs[d]) for d in mine), default=0))
     return level
+
+
+def device_costs(graph: g.Graph) -> list[int]:
+    """1 for the ops that run on the device (kernel launches, extern calls), 0 for host-side
+    bookkeeping (allocations, views, getitems, sizes of a dynamic batch)."""
+    return [1 if isinstance(op, (g.Launch, g.Extern)) else 0 for op in graph.ops]
+
+
+def graph_levels(graph: g.Graph) -> list[int]:
+    """The levels the plan combines by: only device ops count along a path, so a kernel
+    whose buffer is allocated from a dynamic batch's size (``Scalar`` -> ``Alloc`` -> launch)
+    lands on the same level as one whose buffer is static. Host ops cost nothing on the GPU,
+    so this is the ASAP schedule of the device work; any two launches on one level still have
+    no dependency path between them, since every path leaving a launch costs 1."""
+    return levels(dependencies(graph), device_costs(graph))
 
 
 # --- partition --------------------------------------------------------------------
@@ -165,10 +190,14 @@ def levels(deps: list[set[int]]) -> list[int]:
 
 def _group_key(sub: SubKernel) -> tuple:
     """Launches that may share a combo: the same tiling rank (the seed's base
-    partition), long reductions apart, very large pointwise kernels alone."""
+    partition), long reductions apart, very large pointwise kernels alone.
+
+    "Very large pointwise" is Inductor's rule exactly: a 1-D pointwise kernel (no y or z
+    tile) over more than ``LARGE_POINTWISE`` elements. A tiled (2-D, 3-D) pointwise kernel
+    joins its level's combo whatever its size, as in Inductor."""
     kernel = sub.kernel
     rank = sum(1 for k, _ in kernel.numels if not k.startswith("r"))
-    if not kernel.is_reduction and kernel.numel.get("x", 0) * kernel.numel.get("y", 1) > LARGE_POINTWISE:
+    if not kernel.is_reduction and rank == 1 and kernel.numel.get("x", 0) > LARGE_POINTWISE:
         return (rank, "large_pointwise", id(sub))
     if kernel.heuristic == "reduction" and kernel.numel.get("r0_", 0) > LONG_REDUCTION:
         return (rank, "long_reduction")
@@ -218,12 +247,13 @@ def make_plan(graph: g.Graph, dispatch: str = "sequential", combine: bool = True
     template), which is what tests compare against."""
     if dispatch not in DISPATCHES:
         raise ValueError(f"dispatch must be one of {DISPATCHES}, not {dispatch!r}")
-    level = levels(dependencies(graph))
+    level = graph_levels(graph)
     by_level: dict[int, list[int]] = defaultdict(list)
     for i, lv in enumerate(level):
         by_level[lv].append(i)
 
     ops: list = []
+    op_levels: list[int] = []
     combos: list[Combo] = []
     for lv in sorted(by_level):
         launches = []
@@ -234,6 +264,7 @@ def make_plan(graph: g.Graph, dispatch: str = "sequential", combine: bool = True
                 launches.append(SubKernel(kernel, op, blocks_mod.choose(kernel)))
             else:
                 ops.append(op)
+                op_levels.append(lv)
         groups = partition(launches, max_args) if combine else [[s] for s in launches]
         for members in groups:
             params = tuple(dict.fromkeys(n for s in members for n in _pointer_args(s)))
@@ -242,7 +273,9 @@ def make_plan(graph: g.Graph, dispatch: str = "sequential", combine: bool = True
                 subs=tuple(members),
                 dispatch=choose_dispatch(members, dispatch),
                 params=params,
+                level=lv,
             )
             combos.append(combo)
             ops.append(ComboLaunch(combo.name, tuple(g.Ref(p) for p in params)))
-    return Plan(graph=graph, ops=tuple(ops), combos=tuple(combos))
+            op_levels.append(lv)
+    return Plan(graph=graph, ops=tuple(ops), combos=tuple(combos), levels=tuple(op_levels))

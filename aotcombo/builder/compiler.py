@@ -12,11 +12,11 @@ info: line tables would also carry the path of Triton's own sources), and
 Triton's cache is pointed at the build's temporary folder, so what comes out
 depends only on the inputs of ``cache.kernel_key``.
 
-Parallel: ``Scheduler`` compiles cache misses in a process pool (``forkserver``
-with torch and triton preloaded, or ``spawn`` with ``AOTCOMBO_POOL=spawn``;
-``fork`` is not offered: a child forked from a process that has run Inductor
-deadlocked on a lock it inherited) while the main process, which has
-everything imported already, takes jobs from the other end of the queue.
+Parallel: ``Scheduler`` compiles cache misses in a ``concurrent.futures`` process
+pool (``forkserver`` with torch and triton preloaded, or ``spawn`` with
+``AOTCOMBO_POOL=spawn``; ``fork`` is not offered: a child forked from a process
+that has run Inductor deadlocked on a lock it inherited), started while the
+next arch is traced.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import BuildError, CompileError, OutputError
+from ..errors import BuildError, CompileError, OutputError
 
 NUM_STAGES = 1  # pointwise and reduction kernels have no loads worth pipelining
 LINE_INFO = False  # line tables would put file paths into every binary
@@ -92,19 +92,6 @@ class Job:
         from .cache import kernel_key
 
         return kernel_key(self.source, self.name, dict(self.signature), list(self.aligned), self.arch, self.options)
-
-
-def parse_arch(text: str) -> int:
-    """``"sm_90"`` / ``"90"`` / ``"sm90"`` -> 90."""
-    cleaned = text.strip().lower().removeprefix("sm_").removeprefix("sm")
-    if not cleaned.isdigit() or len(cleaned) not in (2, 3):
-        raise ValueError(f"unknown arch {text!r}: write it as sm_80, sm_90, ...")
-    return int(cleaned)
-
-
-def supported_archs() -> list[int]:
-    """Archs Triton's NVIDIA backend here can target."""
-    return [75, 80, 86, 87, 89, 90, 100, 103, 120]
 
 
 # --- one kernel ------------------------------------------------------------------------
@@ -234,22 +221,6 @@ def _compile_error(job: Job, exc: BaseException) -> CompileError:
     return error
 
 
-def compile_kernel(
-    source: str,
-    name: str,
-    signature: dict[str, str],
-    aligned: list[str],
-    arch: int,
-    num_warps: int,
-    workdir: Path | None = None,
-) -> Binary:
-    """Compile function ``name`` of module ``source`` for ``sm_{arch}``, here, uncached.
-
-    ``workdir`` is accepted for compatibility and unused: sources are virtual."""
-    job = Job(f"sm_{arch}/{name}", source, name, tuple(signature.items()), tuple(aligned), arch, num_warps)
-    return run_job(job)
-
-
 # --- registers and local memory: cuobjdump ----------------------------------------------
 
 _USAGE = re.compile(r"Function (\S+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
@@ -295,53 +266,45 @@ def resource_usage(cubin: bytes, function: str) -> dict:
     return {}
 
 
-# --- many kernels: cache, pool, the main process stealing jobs ----------------------------
+# --- many kernels: the build cache, then a process pool ---------------------------------
+
+POOL_METHODS = ("forkserver", "spawn")  # not "fork": a child forked from a process that has run Inductor deadlocked on a lock it inherited
+POOL_THRESHOLD_S = 4.0  # estimated compile seconds that pay for starting workers (~3.5 s of CPU to import torch and triton)
+MAX_WORKERS = 8  # each worker holds torch and triton: ~0.7 GB
 
 
-def _worker_init(main_pid: int) -> None:
+def estimated_seconds(job: Job) -> float:
+    """Rough compile time of a job: ~0.12 s per jit function in its module (the
+    combo and its sub-kernels), measured on the sample models on 2 cores."""
+    return 0.12 * max(1, job.source.count("@triton.jit"))
+
+
+def default_jobs() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _worker_init() -> None:
+    import multiprocessing
     import signal
     import threading
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
-    # A worker outlives a main process that ends abruptly (Ctrl-C while workers
-    # start, a crash, the CLI's fast exit) blocked on its job queue, and keeps
-    # the forkserver alive with it: it watches the main process and leaves with it.
-    threading.Thread(target=_watch_main, args=(main_pid,), name="aotcombo-watch-main", daemon=True).start()
+    # Not concurrent.futures' job: the workers of a main process that ended abruptly
+    # (kill -9, a crash, the CLI's os._exit) stay blocked for good, one reading the
+    # job queue whose write end every worker holds too, one writing a result nobody
+    # reads, and keep the forkserver alive. Each leaves when its parent has gone.
+    sentinel = multiprocessing.parent_process().sentinel
+    threading.Thread(target=_leave_with, args=(sentinel,), name="aotcombo-leave-with-main", daemon=True).start()
 
 
-def _watch_main(main_pid: int) -> None:
-    import select
-    import time
+def _leave_with(sentinel) -> None:
+    import multiprocessing.connection
 
-    try:
-        fd = os.pidfd_open(main_pid)
-    except (AttributeError, OSError):
-        fd = None
-    if fd is not None:
-        select.select([fd], [], [])  # readable when the main process has exited
-        os._exit(0)
-    while True:
-        time.sleep(0.5)
-        try:
-            os.kill(main_pid, 0)
-        except ProcessLookupError:
-            os._exit(0)
-        except OSError:
-            pass
-
-
-def _warm_up() -> int:
-    """Import what every job needs (a worker's first task, while the main process traces)."""
-    import triton  # noqa: F401
-    import triton.compiler  # noqa: F401
-    import importlib
-
-    from .inductor_bridge import KERNEL_RUNTIME_MODULE
-
-    importlib.import_module(KERNEL_RUNTIME_MODULE)
-
-    _cuobjdump()
-    return os.getpid()
+    multiprocessing.connection.wait([sentinel])  # readable once the main process has ended
+    os._exit(0)
 
 
 def _run_in_worker(job: Job, triton_cache_dir: str | None) -> Binary:
@@ -353,136 +316,39 @@ def _run_in_worker(job: Job, triton_cache_dir: str | None) -> Binary:
         raise _compile_error(job, exc) from None
 
 
-POOL_THRESHOLD_S = 4.0  # estimated compile seconds that pay for a worker process
-
-
-def estimated_seconds(job: Job) -> float:
-    """Rough compile time of a job: ~0.12 s per jit function in its module (the
-    combo and its sub-kernels), measured on the sample models on 2 cores."""
-    return 0.12 * max(1, job.source.count("@triton.jit"))
-
-
-POOL_METHODS = ("forkserver", "spawn")  # "fork" deadlocks: a child of a process that has run Inductor inherits held locks
-
-
-def _stop(pool, starter) -> None:
-    if starter is not None:
-        starter.join()  # the workers exist (or failed to) before we stop them
-    processes = list((getattr(pool, "_processes", None) or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:  # a worker busy with a job we no longer need
-        try:
-            process.terminate()
-        except Exception:  # noqa: BLE001
-            pass
-    for process in processes:
-        try:
-            process.join(timeout=5)
-        except Exception:  # noqa: BLE001
-            pass
-
-
-def default_jobs() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
-
-
 class Scheduler:
-    """Compile jobs through the cache, a process pool and the main process.
+    """Compile jobs through the build cache and, when they are worth it, a process pool.
 
-    ``parallel`` is the number of kernels compiled at once, the main process
-    included (1: no pool). After each arch is planned, ``plan_pool()`` starts
-    workers if the compiles ahead are worth it (they start while the next arch
-    is traced); ``add()`` hands a job to a worker as soon as one is up and idle.
-    ``finish()`` has the main process compile from the back of the queue (short
-    jobs) while workers take from the front (long ones), so a pool that is slow
-    to start never holds the build up."""
+    ``add()`` resolves cache hits at once and queues misses. ``plan_pool()``, called
+    after each arch is traced, starts ``parallel`` workers if the compiles ahead pay
+    for them; from then on each miss goes to them as it is added, so compiles overlap
+    the tracing of the next arch. ``finish()`` waits for them, and compiles here what
+    has no worker (``parallel`` 1, a small build, a broken pool).
 
-    def __init__(self, cache, parallel: int, reporter, triton_cache_dir: str | None,
-                 method: str | None = None, max_workers: int = 8):
-        import collections
+    The main process compiles nothing while there are workers: having it take jobs
+    too (while the workers start, where no trace hides that) saved ~1 s, within
+    noise, on a one-arch build of ``sample_models/adam_step.py`` on 2 cores.
+    """
+
+    def __init__(self, cache, parallel: int, reporter, triton_cache_dir: str | None, method: str | None = None):
+        import threading
 
         self.cache = cache
         self.parallel = max(1, int(parallel))
         self.reporter = reporter
         self.triton_cache_dir = triton_cache_dir
-        self.method = method or os.environ.get("AOTCOMBO_POOL", "forkserver")
-        if self.method not in POOL_METHODS:
-            self.method = "forkserver"
-        self.workers = min(self.parallel - 1, max_workers)
+        method = method or os.environ.get("AOTCOMBO_POOL", "forkserver")
+        self.method = method if method in POOL_METHODS else "forkserver"
         self.pool = None
-        self._starter = None
-        self.results: dict[str, Binary] = {}  # label -> binary
-        self.queue = collections.deque()  # (job, cache key) not handed out yet
+        self.starting = None  # the thread that starts the workers
+        self.ready = False  # the workers have started: jobs go to them
+        self.lock = threading.Lock()  # over the queue, which that thread empties once they have
+        self.queue: list = []  # (job, cache key) not handed out
         self.futures: dict = {}  # future -> (job, cache key)
+        self.results: dict[str, Binary] = {}  # label -> binary
         self.cached = 0
         self.compiled = 0
         self.total = 0  # jobs to compile (cache misses)
-
-    # --- the pool ------------------------------------------------------------------
-
-    def start_pool(self) -> None:
-        """Create the pool; its worker processes start in the background (starting a
-        forkserver waits for it to import torch and triton: seconds the main
-        process spends tracing instead)."""
-        if self.pool is not None or self.workers < 1:
-            return
-        import concurrent.futures
-        import multiprocessing
-        import threading
-
-        try:
-            ctx = multiprocessing.get_context(self.method)
-            if self.method == "forkserver":
-                from .inductor_bridge import KERNEL_RUNTIME_MODULE
-
-                ctx.set_forkserver_preload(["aotcombo.compiler", "triton", KERNEL_RUNTIME_MODULE])
-            self.pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=self.workers, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),)
-            )
-        except Exception as exc:  # noqa: BLE001 - no pool: compile in this process
-            self._no_pool(exc)
-            return
-        pool = self.pool
-
-        def warm_up():
-            try:
-                for _ in range(self.workers):
-                    pool.submit(_warm_up)
-            except Exception as exc:  # noqa: BLE001 - the pool is broken or shut down: compile here
-                self._no_pool(exc)
-
-        self._starter = threading.Thread(target=warm_up, name="aotcombo-pool-start", daemon=True)
-        self._starter.start()
-        self.reporter.detail(f"starting {self.workers} compile worker(s) ({self.method})")
-
-    def _no_pool(self, exc: BaseException) -> None:
-        if self.workers:
-            self.reporter.detail(f"no compile workers ({type(exc).__name__}: {exc}); compiling here")
-        self.workers = 0
-
-    def _pool_ready(self) -> bool:
-        return (self.pool is not None and self.workers >= 1
-                and (self._starter is None or not self._starter.is_alive()))
-
-    def close(self, kill: bool = False) -> None:
-        """Stop the workers. Returns at once: a pool still starting (a forkserver
-        importing torch) is stopped from a background thread once it has started
-        (and its workers leave by themselves if this process ends first)."""
-        import threading
-
-        pool, self.pool = self.pool, None
-        if pool is None:
-            return
-        starter = self._starter
-        if starter is not None and starter.is_alive():
-            threading.Thread(target=_stop, args=(pool, starter), name="aotcombo-pool-stop", daemon=True).start()
-        else:
-            _stop(pool, None)
-
-    # --- jobs ---------------------------------------------------------------------------
 
     def add(self, job: Job) -> None:
         key = job.key() if self.cache.enabled else None
@@ -495,69 +361,103 @@ class Scheduler:
             except (KeyError, TypeError, ValueError):
                 pass
         self.total += 1
-        self.queue.append((job, key))
-        self._hand_out()
+        with self.lock:
+            self.queue.append((job, key))
+        self._submit()
 
     def plan_pool(self, archs_left: int = 0) -> None:
-        """Start workers when the compiles ahead are worth one: a worker takes ~3 s of
-        CPU to import torch and triton, and on a busy machine that slows the trace
-        running beside it. ``archs_left``: archs still to trace, whose jobs are
-        expected to be like the ones queued so far."""
-        if self.pool is not None or self.workers < 1 or not self.queue:
+        """Start the workers when the compiles ahead are worth them. ``archs_left``:
+        archs still to trace, whose jobs are expected to be like those queued so far."""
+        if self.pool is not None or self.parallel < 2 or not self.queue:
             return
-        planned = len({job.arch for job, _ in self.queue} | {job.arch for job, _ in self.futures.values()})
-        ahead = sum(estimated_seconds(job) for job, _ in self.queue) * (1 + archs_left / max(1, planned))
+        archs = len({job.arch for job, _ in self.queue})
+        ahead = sum(estimated_seconds(job) for job, _ in self.queue) * (1 + archs_left / archs)
         if len(self.queue) + archs_left >= 2 and ahead >= POOL_THRESHOLD_S:
             self.reporter.detail(f"about {ahead:.0f} s of kernel compiles ahead")
             self.start_pool()
 
-    def _hand_out(self) -> None:
-        """Give queued jobs (from the front) to idle workers. A job handed out cannot
-        be taken back, so a worker gets one only when it has none."""
-        while self.queue and self._pool_ready() and sum(not f.done() for f in self.futures) < self.workers:
-            job, key = self.queue.popleft()
-            try:
-                future = self.pool.submit(_run_in_worker, job, self.triton_cache_dir)
-            except Exception as exc:  # noqa: BLE001 - a broken pool: this process compiles it
-                self.queue.appendleft((job, key))
-                self._no_pool(exc)
-                return
-            self.futures[future] = (job, key)
-
-    def _collect(self) -> None:
+    def start_pool(self) -> None:
+        """Start the workers, in a thread: the first submit waits for the forkserver
+        to import torch and triton, seconds this process spends tracing instead."""
         import concurrent.futures
+        import multiprocessing
+        import threading
 
-        for future in [f for f in self.futures if f.done()]:
-            job, key = self.futures.pop(future)
-            try:
-                binary = future.result()
-            except (concurrent.futures.process.BrokenProcessPool, concurrent.futures.CancelledError) as exc:
-                self.queue.append((job, key))  # this process compiles it
-                self._no_pool(exc)
-                continue
-            self._store(job, key, binary)
+        if self.pool is not None or self.parallel < 2:
+            return
+        workers = min(self.parallel, MAX_WORKERS)
+        try:
+            ctx = multiprocessing.get_context(self.method)
+            if self.method == "forkserver":
+                from .inductor import KERNEL_RUNTIME_MODULE
+
+                ctx.set_forkserver_preload([__name__, "triton", KERNEL_RUNTIME_MODULE])
+            self.pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init)
+        except Exception as exc:  # noqa: BLE001 - no pool: compile in this process
+            self._no_pool(exc)
+            return
+        self.reporter.detail(f"starting {workers} compile worker(s) ({self.method})")
+        self.starting = threading.Thread(target=self._start, args=(self.pool,), name="aotcombo-pool-start", daemon=True)
+        self.starting.start()
+
+    def _start(self, pool) -> None:
+        try:
+            pool.submit(os.getpid)  # returns once a worker exists
+        except Exception as exc:  # noqa: BLE001 - no forkserver, no workers: this process compiles
+            self._no_pool(exc)
+            return
+        self.ready = True
+        self._submit()  # what was queued meanwhile
+
+    def _submit(self) -> None:
+        with self.lock:
+            while self.ready and self.pool is not None and self.queue:
+                job, key = self.queue[0]
+                try:
+                    future = self.pool.submit(_run_in_worker, job, self.triton_cache_dir)
+                except Exception as exc:  # noqa: BLE001 - a broken pool: this process compiles
+                    self._no_pool(exc)
+                    return
+                self.futures[future] = self.queue.pop(0)
+
+    def _no_pool(self, exc: BaseException) -> None:
+        self.reporter.detail(f"no compile workers ({type(exc).__name__}: {exc}); compiling here")
+        self.parallel = 1  # and no second try
+        self.close()
 
     def finish(self) -> dict[str, Binary]:
         """Compile what is pending; returns every binary by job label."""
         import concurrent.futures
 
-        import collections
-
-        # Long jobs (more source: more sub-kernels) first for the workers, short
-        # ones from the back for this process, which hands out work between its own.
-        self.queue = collections.deque(sorted(self.queue, key=lambda item: -len(item[0].source)))
         try:
-            while self.queue or self.futures:
-                self._collect()
-                self._hand_out()
-                if self.queue:
-                    job, key = self.queue.pop()  # the main process takes from the back
-                    self._store(job, key, run_job(job, self.triton_cache_dir))
-                elif self.futures:
-                    concurrent.futures.wait(list(self.futures), return_when=concurrent.futures.FIRST_COMPLETED)
+            if self.starting is not None:
+                self.starting.join()  # then every job queued is in self.futures, or the pool broke
+            # In order, not as_completed(): that never returns a future cancelled by shutdown().
+            for future, (job, key) in list(self.futures.items()):
+                try:
+                    binary = future.result()
+                except (concurrent.futures.process.BrokenProcessPool, concurrent.futures.CancelledError) as exc:
+                    self.queue.append((job, key))  # this process compiles it
+                    if self.pool is not None:
+                        self._no_pool(exc)
+                    continue
+                self._store(job, key, binary)
+            while self.queue:
+                job, key = self.queue.pop(0)
+                self._store(job, key, run_job(job, self.triton_cache_dir))
         finally:
-            self.close(kill=True)
+            self.close()
         return self.results
+
+    def close(self) -> None:
+        """Stop the workers; returns at once (a worker busy with a job nobody waits
+        for any more ends after it)."""
+        import threading
+
+        pool, self.pool = self.pool, None
+        if pool is not None:  # shutdown() would wait for a pool still starting: not here
+            threading.Thread(target=pool.shutdown, kwargs={"wait": False, "cancel_futures": True},
+                             name="aotcombo-pool-stop", daemon=True).start()
 
     def _store(self, job: Job, key: str | None, binary: Binary) -> None:
         self.results[job.label] = binary

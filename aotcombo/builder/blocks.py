@@ -14,7 +14,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from .errors import UnsupportedModelError
+from ..errors import UnsupportedModelError
 from .graph import Kernel
 
 POINTWISE_BLOCK = 1024
@@ -63,6 +63,8 @@ def choose(kernel: Kernel) -> Blocks:
     params = set(kernel.block_params)
     fixed = {name: int(v) for name, v in _FIXED_BLOCK.findall(kernel.source)}
     unknown = params - {"XBLOCK", "YBLOCK", "ZBLOCK", "R0_BLOCK", "R1_BLOCK"}
+    if kernel.rsplit_size:
+        unknown -= {"RSPLIT_SIZE", "NUM_STAGES"}
     if unknown:
         raise UnsupportedModelError(
             f"kernel {kernel.name} has block parameters {sorted(unknown)} that aotcombo has no rule for"
@@ -83,11 +85,30 @@ def choose(kernel: Kernel) -> Blocks:
                 sizes["ZBLOCK"] = max(1, min(rest, next_power_of_2(z)))
         else:
             sizes["XBLOCK"] = min(POINTWISE_BLOCK, next_power_of_2(x))
-    elif kernel.heuristic == "persistent_reduction":
-        if any(r.startswith("r") for r in kernel.dynamic_numels):
+    elif kernel.rsplit_size:
+        # A mixed-order reduction: each program walks RSPLIT_SIZE rows (Inductor chose the
+        # split, and sized the partial-result workspace for it) XBLOCK at a time; the
+        # block sizes follow Inductor's apply_rsplit_size.
+        if kernel.dynamic_numels:
             raise UnsupportedModelError(
-                f"kernel {kernel.name} reduces over the dynamic batch in one block per row; aotcombo sizes "
-                "such blocks at build time", fix="build with --batch buckets instead of --dynamic")
+                f"kernel {kernel.name} is a mixed-order reduction over the dynamic batch; aotcombo sizes its "
+                "split at build time", fix="build with --batch buckets instead of --dynamic")
+        rsplit = kernel.rsplit_size
+        sizes["RSPLIT_SIZE"] = rsplit
+        if "XBLOCK" in params:
+            sizes["XBLOCK"] = min(max(rsplit // 32, 4 if r0 <= 512 else 1), 16, rsplit)
+        if "NUM_STAGES" in params:
+            sizes["NUM_STAGES"] = min(max(rsplit // sizes.get("XBLOCK", 1) // 4, 1), 2 if r0 > 8192 else 3)
+    elif kernel.heuristic == "persistent_reduction":
+        for r in (r for r in kernel.dynamic_numels if r.startswith("r")):
+            # One block per row over the dynamic batch: fine when Inductor sized the block for
+            # the top of the batch's range (fixed in the source; ``numel`` holds that top) and
+            # masks the row by its run-time length.
+            block = fixed.get(f"{r.upper()}BLOCK", 0)
+            if block < numel[r] or not re.search(rf"\b{r}mask = {r}index < {r}numel\b", kernel.source):
+                raise UnsupportedModelError(
+                    f"kernel {kernel.name} reduces over the dynamic batch in one block per row, sized for at "
+                    f"most {block} of its up to {numel[r]} elements", fix="build with --batch buckets instead of --dynamic")
         rblock = fixed.get("R0_BLOCK", next_power_of_2(r0)) * fixed.get("R1_BLOCK", 1)
         if "XBLOCK" in params:
             sizes["XBLOCK"] = max(1, min(next_power_of_2(x), PERSISTENT_ELEMENTS // rblock))
@@ -114,7 +135,7 @@ def choose(kernel: Kernel) -> Blocks:
     block = {**fixed, **sizes}
     xblock = block.get("XBLOCK", 1)
     axes = (
-        _cdiv(x, xblock),
+        _cdiv(x, block.get("RSPLIT_SIZE", xblock)),
         _cdiv(y, block.get("YBLOCK", 1)) if "y" in numel else 1,
         _cdiv(z, block.get("ZBLOCK", 1)) if "z" in numel else 1,
     )

@@ -1,8 +1,9 @@
 """The runtime's C launcher (``runtime/_launch.c``), compiled at package time.
 
-``extension()`` returns the bytes of ``_launch.abi3.so`` (``FILENAME``), which the
-package writes into every wheel as ``<name>/_runtime/_launch.abi3.so``; the runtime
-imports it when it can and launches through ctypes when it cannot. It uses only
+``extension()`` returns the bytes of ``_launch.abi3.so`` (``FILENAME``), which goes into
+the package's native wheel as ``<name>/_runtime/_launch.abi3.so`` (``wheel_tag`` names
+that wheel's platform); the runtime imports it when it can and launches through ctypes
+when it cannot. It uses only
 CPython's stable ABI (3.10 and later) and links to nothing but libc, so a wheel built
 on one Python runs on later ones; no compiler is needed where the wheel is installed.
 
@@ -11,14 +12,15 @@ Python's headers, in a temporary folder, with fixed flags and no build id: the s
 compiler gives the same bytes on every build (a different compiler version gives other
 bytes, and so another wheel). ``None`` comes back, with one warning line on stderr, when
 there is no C compiler or no Python headers, or the compile fails; ``AOTCOMBO_NATIVE=0``
-(``aotcombo build --no-native``) asks for ``None`` without a warning: the wheel then
-holds Python files only.
+(``aotcombo build --no-native``) asks for ``None`` without a warning: only the pure
+wheel is written then.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -27,7 +29,9 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-SOURCE = Path(__file__).resolve().parent / "runtime" / "_launch.c"
+from ..errors import EnvironmentError_
+
+SOURCE = Path(__file__).resolve().parent.parent / "runtime" / "_launch.c"
 FILENAME = "_launch.abi3.so"
 # -s and no build id: nothing in the file depends on where or when it was built. A call
 # outside the limited API is undeclared under Py_LIMITED_API: an error, not a warning.
@@ -39,14 +43,34 @@ def disabled_by_env() -> bool:
     return os.environ.get("AOTCOMBO_NATIVE", "").strip().lower() in ("0", "false", "no", "off")
 
 
-def extension() -> bytes | None:
-    """The compiled launcher, or None (see the module docstring)."""
-    if disabled_by_env():
+def extension(required: bool = False) -> bytes | None:
+    """The compiled launcher, or None (see the module docstring); ``required``: a launcher
+    that cannot be compiled is a BuildError, not a warning."""
+    if disabled_by_env() and not required:
         return None
     data, problem = _compile()
+    if problem and required:
+        raise EnvironmentError_(problem.split(":")[0], fix="install a C compiler and python3-dev, or drop --native")
     if problem:
         _warn_once(problem)
     return data
+
+
+_MACHINES = {62: "x86_64", 183: "aarch64"}  # ELF e_machine
+_GLIBC = re.compile(rb"GLIBC_2\.(\d+)")
+
+
+def wheel_tag(so: bytes) -> str:
+    """The wheel tag that tells the truth about the compiled launcher: CPython's stable
+    ABI from 3.10, and the manylinux platform of its machine and the newest glibc symbol
+    version it needs (``cp310-abi3-manylinux_2_17_x86_64``)."""
+    if so[:4] != b"\x7fELF" or so[4] != 2:
+        raise ValueError("the C launcher is not a 64-bit ELF file")
+    machine = _MACHINES.get(int.from_bytes(so[18:20], "little" if so[5] == 1 else "big"))
+    if machine is None:
+        raise ValueError("the C launcher was built for a machine aotcombo does not tag")
+    glibc = max([17, *(int(v) for v in _GLIBC.findall(so))])
+    return f"cp310-abi3-manylinux_2_{glibc}_{machine}"
 
 
 def compile_to(folder: str | Path) -> Path:

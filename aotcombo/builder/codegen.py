@@ -14,10 +14,10 @@ from pathlib import Path
 
 import jinja2
 
-from . import __version__
+from .. import __version__
 from . import graph as g
-from .errors import UnsupportedModelError
-from .inductor_bridge import KERNEL_PRELUDE
+from ..errors import UnsupportedModelError
+from .inductor import ATTENTION, KERNEL_PRELUDE
 from .plan import Combo, ComboLaunch, Plan, SubKernel
 
 _PROGRAM_ID = re.compile(r"tl\.program_id\((\d)\)")
@@ -29,9 +29,9 @@ _AXES = ("pid_x", "pid_y", "pid_z")
 def templates_dir() -> Path:
     """Installed, the templates ship inside the package (``aotcombo/templates``);
     in a source checkout they are the top-level ``templates/`` folder."""
-    here = Path(__file__).resolve().parent
-    installed = here / "templates"
-    return installed if (installed / "combo_kernel.py.j2").is_file() else here.parent / "templates"
+    package = Path(__file__).resolve().parent.parent
+    installed = package / "templates"
+    return installed if (installed / "combo_kernel.py.j2").is_file() else package.parent / "templates"
 
 
 @functools.cache
@@ -128,8 +128,21 @@ def _literal(value) -> str:
     return repr(value)
 
 
-def _sub_call(sub: SubKernel) -> str:
-    args = [f"{p}={a.name if isinstance(a, g.Ref) else _literal(a)}" for p, _, a in sub.kernel.bind(sub.launch.args)]
+_TL_INT = {"i32": "tl.int32", "i64": "tl.int64"}
+
+
+def _sub_arg(ty: str, arg, passed: dict[str, str]) -> str:
+    """A sub-kernel's argument in the combo kernel: a literal, a combo parameter, or (an integer
+    the combo takes wider than this sub-kernel declares it) that parameter cast back."""
+    if not isinstance(arg, g.Ref):
+        return _literal(arg)
+    if passed.get(arg.name, ty) != ty:
+        return f"{arg.name}.to({_TL_INT[ty]})"
+    return arg.name
+
+
+def _sub_call(sub: SubKernel, passed: dict[str, str] | None = None) -> str:
+    args = [f"{p}={_sub_arg(ty, a, passed or {})}" for p, ty, a in sub.kernel.bind(sub.launch.args)]
     nx, ny, nz = _axis_counts(sub, _numel_value(sub))
     if ny != "1" or nz != "1":
         nxy = _product([nx, ny])
@@ -146,6 +159,7 @@ def _dispatch(combo: Combo) -> tuple[list[str], list[dict]]:
     """The combo kernel's setup lines (where program ranges depend on a dynamic batch) and,
     per sub-kernel, its condition on ``pid``, its program offset and its call."""
     setup, subs = [], []
+    passed, _ = combo_signature(combo)
     start = "0"
     n = len(combo.subs)
     for i, sub in enumerate(combo.subs):
@@ -162,7 +176,7 @@ def _dispatch(combo: Combo) -> tuple[list[str], list[dict]]:
             condition = f"pid < {end}"
             offset = f"pid - {start}" if start != "0" else "pid"
             start = end
-        subs.append({"condition": condition, "offset": offset, "call": _sub_call(sub)})
+        subs.append({"condition": condition, "offset": offset, "call": _sub_call(sub, passed)})
     return setup, subs
 
 
@@ -182,7 +196,10 @@ def render_combo(combo: Combo) -> str:
 
 
 def combo_signature(combo: Combo) -> tuple[dict[str, str], list[str]]:
-    """Triton types of the combo's parameters, and those known 16-byte aligned."""
+    """Triton types of the combo's parameters, and those known 16-byte aligned.
+
+    An integer (a size of a dynamic batch) that one sub-kernel declares i32 and another i64
+    is taken as i64, and cast back to i32 for the sub-kernels that declare it so."""
     types: dict[str, str] = {}
     aligned: dict[str, bool] = {}
     for sub in combo.subs:
@@ -190,10 +207,11 @@ def combo_signature(combo: Combo) -> tuple[dict[str, str], list[str]]:
         for param, ty, arg in sub.kernel.bind(sub.launch.args):
             if not isinstance(arg, g.Ref):
                 continue
-            if types.setdefault(arg.name, ty) != ty:
-                raise UnsupportedModelError(
-                    f"{combo.name}: value {arg.name} is passed as {types[arg.name]} and as {ty}"
-                )
+            seen = types.setdefault(arg.name, ty)
+            if seen != ty:
+                if {seen, ty} != {"i32", "i64"}:
+                    raise UnsupportedModelError(f"{combo.name}: value {arg.name} is passed as {seen} and as {ty}")
+                types[arg.name] = "i64"
             aligned[arg.name] = aligned.get(arg.name, True) and param in divisible
     return {p: types[p] for p in combo.params}, [p for p in combo.params if aligned[p]]
 
@@ -217,6 +235,8 @@ def _expr(value) -> str:
 
 
 def _op_call(op: str) -> str:
+    if op == ATTENTION:
+        return "attention"  # runtime/ops.py: the public API in place of Inductor's private ops
     namespace, rest = op.split("::")
     name, overload = rest.split(".") if "." in rest else (rest, "default")
     prefix = "aten" if namespace == "aten" else f"torch.ops.{namespace}"
@@ -291,6 +311,7 @@ def render_program(plan: Plan, structure: tuple, name: str) -> str:
         n_launches=len(plan.combos),
         n_externs=plan.extern_calls,
         inputs=[i.name for i in sorted((i for i in graph.inputs if i.kind == "user"), key=lambda i: i.key)],
+        runtime_ops=sorted({_op_call(op.op) for op in plan.ops if isinstance(op, g.Extern) and op.op == ATTENTION}),
         weights=[i.name for i in graph.inputs if i.kind == "weight"],
         body=[_op_line(op, combos) for op in plan.ops]
         + [f"{name}.copy_({graph.outputs[i]})" for name, i in graph.mutations],

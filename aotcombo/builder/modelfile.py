@@ -27,7 +27,8 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
-from .errors import ModelFileError
+from ..errors import ModelFileError
+from .usercode import is_user_file
 
 _counter = itertools.count()
 _MAX_MESSAGE = 400
@@ -142,7 +143,7 @@ def _forget_new_modules(before: set[str], folder: Path) -> None:
         if file is None:
             continue
         file = Path(file).resolve()
-        if file.is_relative_to(folder) and not _is_library(file):  # not a venv inside the folder
+        if file.is_relative_to(folder) and is_user_file(file):  # not a venv inside the folder
             del sys.modules[name]
 
 
@@ -283,7 +284,7 @@ def _where(exc: BaseException, path: Path) -> str:
             return p
 
     in_file = [f for f in frames if resolved(f[0]) == path]
-    in_folder = [f for f in frames if resolved(f[0]).is_relative_to(folder) and not _is_library(resolved(f[0]))]
+    in_folder = [f for f in frames if resolved(f[0]).is_relative_to(folder) and is_user_file(resolved(f[0]))]
     parts = []
     if in_file:
         _, lineno, line = in_file[-1]
@@ -294,19 +295,9 @@ def _where(exc: BaseException, path: Path) -> str:
     return f" ({'; '.join(parts)})" if parts else ""
 
 
-def _library_roots() -> tuple[Path, ...]:
-    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, Path(torch.__file__).parent, Path(__file__).parent}
-    return tuple(Path(r).resolve() for r in roots)
-
-
-def _is_library(file: Path) -> bool:
-    """Python's, the venv's, torch's or aotcombo's own files: never the user's."""
-    return any(file.is_relative_to(root) for root in _library_roots())
-
-
 def _source_file_of(model: nn.Module) -> str | None:
     forward = getattr(type(model), "forward", None)
     code = getattr(forward, "__code__", None)
-    if code is None or _is_library(Path(code.co_filename).resolve()):
+    if code is None or not is_user_file(code.co_filename):
         return None
     return code.co_filename

@@ -1,5 +1,10 @@
-"""Several batch sizes in one package: parse the options, make each size's example inputs,
-find the batched inputs and outputs, and check that padding is safe.
+"""Several batch sizes in one package: make each size's example inputs, find the batched
+inputs and outputs, and check that padding is safe.
+
+``specialize(model, inputs, shapes, make_inputs)`` returns the example inputs of every
+specialization to build (``{batch size or None: inputs}``) and the shape mode with its
+batched inputs and outputs filled in (the modes themselves: ``aotcombo.runtime.manifest``;
+their options are checked in ``options.py``).
 
 The batch dimension is dim 0. Which inputs carry it is found, not declared: the example
 inputs are made at two batch sizes, and an input is batched when its dim 0 follows the
@@ -20,47 +25,14 @@ bucket, cut back, to the dtype's tolerance. A model that fails it is not built w
 
 from __future__ import annotations
 
-import re
+import dataclasses
 from typing import Callable, Sequence
 
 import torch
 
-from .errors import UsageError
-from .runtime.buckets import pad_rows
-
-MAX_BATCH = 1 << 16
-
-
-def parse_batch(text: str | Sequence[int]) -> list[int]:
-    """``"1,2,4"`` (or a list) -> sorted distinct sizes, each >= 1."""
-    items = text.split(",") if isinstance(text, str) else list(text)
-    sizes = []
-    for item in items:
-        try:
-            size = int(str(item).strip())
-        except ValueError:
-            raise UsageError(f"--batch {text!r}: {str(item).strip()!r} is not a whole number",
-                             fix="pass --batch as a comma-separated list of sizes, such as 1,2,4,8") from None
-        if not 1 <= size <= MAX_BATCH:
-            raise UsageError(f"--batch {text!r}: {size} is out of range", fix=f"use sizes from 1 to {MAX_BATCH}")
-        sizes.append(size)
-    if not sizes:
-        raise UsageError("--batch: no size given", fix="pass --batch 1,2,4,8")
-    return sorted(set(sizes))
-
-
-def parse_dynamic(text: str) -> tuple[int, int]:
-    """``"batch=1:256"`` (or ``"batch"``: 1 to 65536) -> (min, max)."""
-    match = re.fullmatch(r"\s*batch\s*(?:=\s*(\d+)\s*:\s*(\d+)\s*)?", text)
-    if match is None:
-        raise UsageError(f"--dynamic {text!r} is not of the form batch=MIN:MAX",
-                         fix="pass --dynamic batch=1:256 (dim 0 of the batched inputs is the one made dynamic)")
-    low, high = (int(match.group(1)), int(match.group(2))) if match.group(1) else (1, MAX_BATCH)
-    if not 1 <= low <= high <= MAX_BATCH:
-        raise UsageError(f"--dynamic {text!r}: the range {low}:{high} is empty or out of bounds",
-                         fix=f"pass MIN:MAX with 1 <= MIN <= MAX <= {MAX_BATCH}")
-    return low, high
-
+from ..errors import UsageError
+from ..runtime.buckets import pad_rows
+from ..runtime.manifest import Dynamic, ShapeMode, Static
 
 def cut_or_tile(inputs: tuple, batched: Sequence[int], size: int) -> tuple:
     """The example inputs with dim 0 of the ``batched`` ones made ``size``: the first
@@ -172,3 +144,31 @@ def check_padding(run: Callable[[tuple], list[torch.Tensor]], by_size: dict[int,
                     "reduction across the batch)",
                     fix="build without --pad, listing every batch size the model will see in --batch")
     return out_batched
+
+
+def _flat_eager(model):
+    """``run(inputs)``: the model's outputs in eager mode on the CPU, as a flat list of tensors."""
+
+    def run(inputs):
+        with torch.no_grad():
+            out = model(*inputs)
+        return [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+
+    return run
+
+
+def specialize(model, inputs: tuple, shapes: ShapeMode, make_inputs, reporter) -> tuple[dict, ShapeMode]:
+    """The example inputs to build, ``{batch size or None: inputs}``, and ``shapes`` with
+    its batched inputs (and, for padded buckets, outputs) found."""
+    if isinstance(shapes, Static):
+        return {None: inputs}, shapes
+    if isinstance(shapes, Dynamic):
+        traced = min(max(2, shapes.min), shapes.max - 1)  # torch specializes sizes 0 and 1: trace at 2 or more
+        by_size, batched = example_inputs_by_size(inputs, [traced, traced + 1], make_inputs)
+        return {None: by_size[traced]}, dataclasses.replace(shapes, batched_inputs=tuple(batched))
+    by_size, batched = example_inputs_by_size(inputs, shapes.sizes, make_inputs)
+    outputs: list[int] = []
+    if shapes.pad:
+        with reporter.stage("check that padding the batch keeps each row's outputs", timing_key="load"):
+            outputs = check_padding(_flat_eager(model), by_size, batched)
+    return by_size, dataclasses.replace(shapes, batched_inputs=tuple(batched), batched_outputs=tuple(outputs))

@@ -2,14 +2,14 @@
 
 This is how the build is checked without a GPU: the *same* rendered program
 and combo-kernel sources that go into the wheel run with ``TRITON_INTERPRET=1``
-on CPU tensors, the extern calls through torch's CPU kernels. CUDA-only ops
-the program may call (fused attention) get CPU stand-ins computed by the math
-path, registered only for the duration of the run.
+on CPU tensors, the extern calls through torch's CPU kernels. The program is
+loaded as in a wheel, ``aotcombo.runtime`` standing in for its ``_runtime``
+(``builder.check.load_program``): its attention calls go through
+``runtime/ops.py``, whose math fallback runs on the CPU.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import subprocess
@@ -30,41 +30,6 @@ def _load(source: str, directory: Path, stem: str):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
-
-
-def _attention_cpu(q, k, v, attn_mask=None, is_causal=False, scale=None):
-    out = torch.nn.functional.scaled_dot_product_attention(
-        q.float(), k.float(), v.float(), attn_mask=attn_mask, is_causal=is_causal, scale=scale
-    ).to(q.dtype)
-    lse = torch.zeros(q.shape[:-1], dtype=torch.float32)
-    return out, lse
-
-
-@contextlib.contextmanager
-def cpu_stand_ins():
-    """CPU kernels for the CUDA-only attention ops, for this run only."""
-    lib = torch.library.Library("aten", "IMPL")
-
-    def flash(q, k, v, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None):
-        out, lse = _attention_cpu(q, k, v, is_causal=is_causal, scale=scale)
-        empty = torch.empty(0, dtype=torch.int64)
-        return out, lse, None, None, q.shape[-2], k.shape[-2], empty, empty, torch.empty(0)
-
-    def efficient(q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False, *, scale=None):
-        out, lse = _attention_cpu(q, k, v, attn_mask=attn_bias, is_causal=is_causal, scale=scale)
-        empty = torch.empty(0, dtype=torch.int64)
-        return out, lse, empty, empty
-
-    for name, fn in (("_scaled_dot_product_flash_attention", flash), ("_scaled_dot_product_efficient_attention", efficient)):
-        try:
-            lib.impl(name, fn, "CPU")
-        except RuntimeError:
-            pass  # a CPU kernel exists already
-    try:
-        yield
-    finally:
-        lib._destroy()
-
 
 
 def _interpretable_libdevice() -> None:
@@ -105,6 +70,8 @@ def _interpretable_libdevice() -> None:
 
 def _run_here(directory: Path) -> None:
     """The child process: load everything from ``directory``, run, save outputs."""
+    from ..builder.check import load_program
+
     _interpretable_libdevice()
     job = torch.load(directory / "job.pt", weights_only=False)
     kernels = []
@@ -114,8 +81,8 @@ def _run_here(directory: Path) -> None:
             kernels.append(lambda grid, *args, fn=fn: fn[(grid, 1, 1)](*args))
         else:
             kernels.append(lambda *args, fn=fn, grid=grid: fn[(grid, 1, 1)](*args))
-    forward = _load(job["program"], directory, "program").forward
-    with cpu_stand_ins(), torch.no_grad():
+    forward = load_program(job["program"], "program").forward
+    with torch.no_grad():
         outputs = forward(kernels, job["weights"], torch.device("cpu"), *job["inputs"])
     torch.save({"outputs": outputs, "inputs": job["inputs"]}, directory / "outputs.pt")
 
@@ -132,7 +99,7 @@ def run(program: str, combos: Sequence[tuple[str, str, int]], weights: Sequence[
         torch.save(job, directory / "job.pt")
         env = dict(os.environ, TRITON_INTERPRET="1")
         result = subprocess.run(
-            [sys.executable, "-m", "aotcombo.interpret", str(directory)], env=env, capture_output=True, text=True
+            [sys.executable, "-m", "aotcombo.tools.interpret", str(directory)], env=env, capture_output=True, text=True
         )
         if result.returncode != 0:
             raise RuntimeError(f"interpreted run failed:\n{result.stderr[-4000:]}")

@@ -1,7 +1,8 @@
 """A generated package, loaded: the variant for the GPU, its kernels, its program.
 
-``Package.load`` loads the kernels and weights once per device, then returns a ``Model``
-(op by op) or a ``GraphModel`` (graph mode, the default: see graphs.py) around them.
+``Package(dir).load("cuda:0")`` reads the manifest, loads the kernels and weights once per
+device, then returns a ``Model`` (op by op) or a graph-mode model around them (graphs.py),
+or for a package of several batch sizes a ``BucketedModel`` (buckets.py).
 
 Streams: a Model keeps, per stream it has run on, its kernels' launchers bound to that
 stream (``cuda.Kernel.bind``); a call reads torch's current raw stream once and hands the
@@ -13,9 +14,7 @@ current and puts the other back after.
 
 from __future__ import annotations
 
-import copy
 import importlib
-import json
 import os
 import threading
 import warnings
@@ -25,49 +24,69 @@ import torch
 
 from . import cuda
 from .buckets import BucketedModel
-from .graphs import GraphModel, GraphPerSize, _raw_stream
-from .inputs import allocate, input_specs, make_guard
+from .graphs import GraphModel, GraphPerSize
+from .inputs import InputSpec, allocate, make_guard
+from .manifest import Buckets, Dynamic, Kernel, Manifest, ManifestError
+
+MAX_STREAMS = 64  # bound launchers kept per model: past that (a stream per call), they are dropped
 
 
-def choose_variant(manifest: dict, arch: int, device_name: str | None = None) -> str:
+def choose_variant(manifest: Manifest, arch: int, device_name: str | None = None) -> str:
     """The key of the variant that runs on a GPU of compute capability ``arch`` (e.g. 86).
 
     An exact cubin; else a cubin of the same major and a lower minor (not from 90 on:
     Triton builds those for sm_90a, sm_100a..., which run only on their own arch); else
     the PTX, when the driver can JIT it for this arch.
     """
-    variants, archs, ptx = manifest["variants"], manifest.get("archs") or [], manifest.get("ptx_arch")
+    variants, archs, ptx = manifest.specializations[-1].variants, manifest.archs, manifest.ptx_arch
     if f"sm_{arch}" in variants:
         return f"sm_{arch}"
     same_major = [a for a in archs if a < 90 and a // 10 == arch // 10 and a < arch and f"sm_{a}" in variants]
     if same_major:
         return f"sm_{max(same_major)}"
-    if ptx is not None and "ptx" in variants and (ptx == arch or ptx < 90 and ptx < arch):
+    if "ptx" in variants and (ptx == arch or ptx < 90 and ptx < arch):
         return "ptx"
-    cubins = f"cubins for {', '.join(f'sm_{a}' for a in archs)}" if archs else "no cubins"
     device = f"this device ({device_name})" if device_name else "this device"
-    raise RuntimeError(f"package {manifest.get('name')} has {cubins} and "
-                       f"{f'PTX for sm_{ptx}+' if ptx is not None else 'no PTX'}; "
-                       f"{device} is sm_{arch}: rebuild with --arch sm_{arch}")
+    cubins = f"cubins for {', '.join(f'sm_{a}' for a in archs)}" if archs else "no cubins"
+    ptx_text = f"PTX for sm_{ptx}+" if "ptx" in variants else "no PTX"
+    raise RuntimeError(f"package {manifest.name} has {cubins} and {ptx_text}; {device} is sm_{arch}: "
+                       f"rebuild with --arch sm_{arch}")
 
 
-def static_shapes(manifest: dict) -> bool:
-    """Whether every input shape is static (else a dynamic batch: a graph per batch size)."""
-    return all(isinstance(d, int) for i in manifest.get("inputs", []) for d in i["shape"])
+def check_torch(manifest: Manifest, version: str | None = None) -> None:
+    """Raise RuntimeError unless this torch is one the package runs on (``AOTCOMBO_ANY_TORCH=1``
+    skips the check, at the user's risk)."""
+    version = version or torch.__version__
+    first, last = manifest.torch
+    release = _release(version)
+    if _release(first) <= release <= _release(last) or os.environ.get("AOTCOMBO_ANY_TORCH") == "1":
+        return
+    private = manifest.private_ops
+    calls = f"; it calls torch's private {', '.join(private)}, whose contract" if private else "; torch's ops"
+    major, minor = last.split(".")
+    raise RuntimeError(
+        f"package {manifest.name} runs on torch {first} to {last}, and this is torch {version}{calls} may differ "
+        f"in other releases: install torch>={first},<{major}.{int(minor) + 1}, or rebuild the package with an "
+        "aotcombo that supports this torch (AOTCOMBO_ANY_TORCH=1 skips this check, at your own risk)")
 
 
-def check_options(manifest: dict, graphs, copy_outputs, check_inputs) -> bool:
-    """Validate load()'s options; returns whether to run CUDA graphs (the default)."""
+def _release(version: str) -> tuple[int, int]:
+    """(major, minor) of a version string: "2.14.1+cu130" -> (2, 14)."""
+    major, minor = version.split("+")[0].split(".")[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+def check_options(graphs, copy_outputs, check_inputs) -> None:
+    """Validate load()'s options."""
     if graphs is not None and not isinstance(graphs, bool):
         raise TypeError(f"load(): graphs must be True, False or None, got {graphs!r}")
     for name, value in (("copy_outputs", copy_outputs), ("check_inputs", check_inputs)):
         if not isinstance(value, bool):
             raise TypeError(f"load(): {name} must be True or False, got {value!r}")
-    return True if graphs is None else graphs
 
 
 class Loaded(NamedTuple):
-    """What a package loads once per device, shared by the models loaded there."""
+    """What a package loads once per device and input shape, shared by the models loaded there."""
 
     name: str
     variant: str
@@ -76,8 +95,7 @@ class Loaded(NamedTuple):
     forward: object
     kernels: list
     weights: list
-    specs: list
-    mutated: tuple  # positions of inputs the model updates in place
+    specs: list[InputSpec]
     batch_range: tuple | None = None  # (min, max) of a dynamic batch
 
 
@@ -90,25 +108,27 @@ class _Device(NamedTuple):
 
 
 class Model:
-    """A package loaded on one device, run op by op: ``model(*inputs)`` returns the outputs."""
+    """A package loaded on one device, run op by op: ``model(*inputs)`` returns the outputs.
+
+    ``guard(inputs)`` checks inputs against ``specs`` (None with ``check_inputs=False``);
+    ``run(inputs)`` runs the forward on inputs known to be right."""
 
     def __init__(self, loaded: Loaded, check_inputs: bool = True):
         self.name, self.variant, self.device, self.weights = loaded.name, loaded.variant, loaded.device, loaded.weights
-        self._context, self._forward, self._kernels, self._specs = (
-            loaded.context, loaded.forward, loaded.kernels, loaded.specs)
-        self.mutated = loaded.mutated
-        self._guard = make_guard(self._specs, self.device, loaded.batch_range) if check_inputs else None
-        self.batch_range = loaded.batch_range
+        self.specs, self.batch_range = loaded.specs, loaded.batch_range
+        self.mutated = tuple(i for i, s in enumerate(self.specs) if s.mutated)
+        self.guard = make_guard(self.specs, self.device, self.batch_range) if check_inputs else None
+        self._context, self._forward, self._kernels = loaded.context, loaded.forward, loaded.kernels
         self._index, self._bound, self._static = self.device.index, {}, None
 
     def __call__(self, *inputs):
-        if self._guard is not None:
-            self._guard(inputs)
+        if self.guard is not None:
+            self.guard(inputs)
         return self.run(inputs)
 
     def run(self, inputs: tuple):
         """The forward on ``inputs``, unchecked, queued on torch's current stream."""
-        stream = _raw_stream(self._index)
+        stream = cuda.current_stream(self._index)
         kernels = self._bound.get(stream)
         if kernels is None:
             kernels = self._bind(stream)
@@ -122,7 +142,7 @@ class Model:
             cuda.set_current_context(previous)
 
     def _bind(self, stream: int) -> list:
-        if len(self._bound) > 64:  # a program that makes a stream per call
+        if len(self._bound) > MAX_STREAMS:
             self._bound.clear()
         kernels = self._bound[stream] = [k.bind(stream) for k in self._kernels]
         return kernels
@@ -132,7 +152,7 @@ class Model:
         if self.batch_range is not None:
             raise ValueError(f"{self.name} has a dynamic batch: its inputs have no one static shape")
         if self._static is None:
-            self._static = allocate(self._specs, self.device)
+            self._static = allocate(self.specs, self.device)
         return self._static
 
     def __repr__(self):
@@ -160,39 +180,40 @@ class Package:
         self._manifest, self._loaded, self._devices, self._lock = None, {}, {}, threading.Lock()
 
     @property
-    def manifest(self) -> dict:
+    def manifest(self) -> Manifest:
         if self._manifest is None:
-            with open(os.path.join(self.dir, "manifest.json")) as f:
-                manifest = json.load(f)
-            if manifest.get("format") != 1:
-                raise RuntimeError(f"{self.dir}: manifest format {manifest.get('format')} is not 1, "
-                                   "the one this runtime reads")
-            self._manifest = manifest
+            path = os.path.join(self.dir, "manifest.json")
+            try:
+                with open(path, "rb") as f:
+                    self._manifest = Manifest.from_json(f.read())
+            except (OSError, ManifestError) as e:
+                raise RuntimeError(f"{path}: {e}: the package is damaged or was not built by this aotcombo; "
+                                   "reinstall or rebuild it") from None
         return self._manifest
 
     def load(self, device="cuda", *, graphs: bool | None = None, copy_outputs: bool = True,
-             check_inputs: bool = True) -> Model | GraphModel | BucketedModel:
+             check_inputs: bool = True) -> Model | GraphModel | GraphPerSize | BucketedModel:
         """Load the model on ``device`` ("cuda" for the current one, or "cuda:N").
 
         Kernels and weights load once per device. ``graphs``: capture the forward in a CUDA
         graph now and replay it per call (default; falling back to op by op, with a warning,
         if the capture fails; with a dynamic batch, a graph per batch size, captured at its
-        first call). ``copy_outputs=False`` (graph
-        mode): return the graph's own output tensors, valid until the next call.
-        ``check_inputs=False``: skip the per-call input guards. A package built for several
-        batch sizes returns a ``BucketedModel``, which loads each bucket at its first call.
+        first call). ``copy_outputs=False`` (graph mode): return the graph's own output
+        tensors, valid until the next call. ``check_inputs=False``: skip the per-call input
+        guards. A package built for several batch sizes returns a ``BucketedModel``, which
+        loads each bucket at its first call.
         """
-        check_options(self.manifest, graphs, copy_outputs, check_inputs)
-        index = _device_index(device)
-        batch = self.manifest.get("batch")
-        if batch is not None and "sizes" in batch:
-            names = [i["name"] for i in self.manifest["inputs"]]
-            return BucketedModel(self.manifest["name"], torch.device("cuda", index),
-                                 lambda size: self._model(index, str(size), graphs, copy_outputs, check_inputs),
-                                 batch, names)
+        check_options(graphs, copy_outputs, check_inputs)
+        check_torch(self.manifest)
+        index, shapes = _device_index(device), self.manifest.shapes
+        if isinstance(shapes, Buckets):
+            names = [i.name for i in self.manifest.inputs]
+            return BucketedModel(self.manifest.name, torch.device("cuda", index),
+                                 lambda size: self._model(index, size, graphs, copy_outputs, check_inputs),
+                                 shapes, names)
         return self._model(index, None, graphs, copy_outputs, check_inputs)
 
-    def _model(self, index: int, bucket: str | None, graphs: bool | None, copy_outputs: bool, check_inputs: bool):
+    def _model(self, index: int, bucket: int | None, graphs: bool | None, copy_outputs: bool, check_inputs: bool):
         """The model of one input shape on a device: op by op when ``graphs`` is False, else in
         graph mode (``graphs=True``: a failed capture raises; None: it falls back to op by op)."""
         with self._lock:
@@ -201,12 +222,12 @@ class Package:
         model = Model(self._loaded[index, bucket], check_inputs)
         if graphs is False:
             return model
-        if not static_shapes(self.manifest):  # a dynamic batch: a graph per size, at its first call
+        if isinstance(self.manifest.shapes, Dynamic):  # a graph per size, at its first call
             return GraphPerSize(model, copy_outputs, strict=bool(graphs))
         try:
             return GraphModel.capture(model, copy_outputs)
         except Exception as e:
-            message = f"{self.manifest['name']}: capturing the forward in a CUDA graph failed: {e}"
+            message = f"{self.manifest.name}: capturing the forward in a CUDA graph failed: {e}"
             if graphs:
                 raise RuntimeError(f"{message}; load(..., graphs=False) runs it op by op") from e
             warnings.warn(f"{message}; running it op by op (load(..., graphs=False) skips the capture)",
@@ -219,44 +240,39 @@ class Package:
             m, props = self.manifest, torch.cuda.get_device_properties(index)
             variant = choose_variant(m, props.major * 10 + props.minor, props.name)
             device = torch.device("cuda", index)
-            weights = torch.load(os.path.join(self.dir, m["weights"]), weights_only=True,
-                                 map_location=device) if m.get("weights") else []
+            weights = torch.load(os.path.join(self.dir, m.weights.file), weights_only=True, map_location=device)
             self._devices[index] = _Device(device, variant, cuda.primary_context(index), weights, {})
         return self._devices[index]
 
-    def _load(self, index: int, bucket: str | None) -> Loaded:
+    def _load(self, index: int, bucket: int | None) -> Loaded:
         """One input shape (the package's, or one bucket's) loaded on a device."""
         dev, m = self._device(index), self.manifest
-        shape = m if bucket is None else m["buckets"][bucket]
-        spec = shape["variants"][dev.variant]
+        shape = m.specialization(bucket)
+        variant = shape.variants[dev.variant]
         previous = cuda.current_context()
         cuda.set_current_context(dev.context)
         try:
-            kernels = self._load_kernels(spec["kernels"], dev)
+            kernels = [self._kernel(k, dev) for k in variant.kernels]
         finally:
             cuda.set_current_context(previous)
-        program = importlib.import_module(f"{self._import_name or m['name']}.{spec['program']}")
-        mutated = tuple(i for i, s in enumerate(shape["inputs"]) if s.get("mutated"))
-        name = m["name"] if bucket is None else f"{m['name']}[batch {bucket}]"
-        batch = m.get("batch") or {}
+        program = importlib.import_module(f"{self._import_name or m.name}.{variant.program}")
+        name = m.name if bucket is None else f"{m.name}[batch {bucket}]"
+        batch_range = (m.shapes.min, m.shapes.max) if isinstance(m.shapes, Dynamic) else None
         return Loaded(name, dev.variant, dev.device, dev.context, program.forward, kernels, dev.weights,
-                      input_specs(shape["inputs"]), mutated, tuple(batch["range"]) if "range" in batch else None)
+                      [InputSpec.of(i) for i in shape.inputs], batch_range)
 
-    def _load_kernels(self, entries: list[dict], dev: _Device) -> list[cuda.Kernel]:
-        """The variant's kernels, each image loaded once per device, into the current context."""
-        modules, kernels, device = dev.modules, [], dev.device
-        for k in entries:
-            if k["image"] not in modules:
-                try:
-                    with open(os.path.join(self.dir, k["image"]), "rb") as f:
-                        modules[k["image"]] = cuda.load_module(f.read())
-                except cuda.CudaError as e:
-                    raise cuda.CudaError(f"{self.dir}/{k['image']}: {e}") from None
-            kernel = cuda.Kernel(cuda.get_function(modules[k["image"]], k["function"]), k["grid"],
-                                 k["num_warps"], k["shared"], k["params"], k["global_scratch"],
-                                 k["profile_scratch"], device)
-            kernels.append(GridPerCall(kernel) if k.get("dynamic_grid") else kernel)
-        return kernels
+    def _kernel(self, k: Kernel, dev: _Device):
+        """A kernel of the variant, its image loaded once per device into the current context."""
+        if k.image not in dev.modules:
+            path = os.path.join(self.dir, k.image)
+            try:
+                with open(path, "rb") as f:
+                    dev.modules[k.image] = cuda.load_module(f.read())
+            except (OSError, cuda.CudaError) as e:
+                raise cuda.CudaError(f"{path}: {e}") from None
+        kernel = cuda.Kernel(cuda.get_function(dev.modules[k.image], k.function), k.grid, k.num_warps, k.shared,
+                             k.params, k.global_scratch, k.profile_scratch, dev.device)
+        return GridPerCall(kernel) if k.dynamic_grid else kernel
 
 
 class GridPerCall:
@@ -278,9 +294,7 @@ class GridPerCall:
             if run is None:
                 if not 0 < grid <= kernel.grid[0]:
                     raise ValueError(f"grid {grid} is outside 1..{kernel.grid[0]}, the range the kernel was built for")
-                sized = copy.copy(kernel)
-                sized.grid = (grid, 1, 1)
-                run = launchers[grid] = sized.bind(stream)
+                run = launchers[grid] = kernel.sized(grid).bind(stream)
             run(*args)
 
         return launch

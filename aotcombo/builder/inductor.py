@@ -25,10 +25,13 @@ import types
 from typing import Any, Iterator
 from unittest import mock
 
+import sympy
 import torch
 
 from . import graph as g
-from .errors import UnsupportedModelError
+from ..errors import UnsupportedModelError
+from ..runtime.manifest import BATCH, Dynamic
+from .usercode import where
 
 SUPPORTED_TORCH = "2.14"
 
@@ -48,6 +51,43 @@ TRACE_CONFIG_MODULES = (
     "torch._export.config",
 )
 
+
+
+def trace_config_changes() -> dict[str, dict | None]:
+    """The settings of each imported trace config module whose value is not the default
+    (None: the module cannot be read). A module not imported yet holds its defaults, and
+    importing Inductor's just to read it costs a second.
+
+    Compared by value, not by torch's notion of "set": after a ``config.patch`` is undone
+    (as every trace does) settings hold their defaults again but count as set, which would
+    make a process that has traced key differently from a fresh one."""
+    import sys
+
+    out: dict[str, dict | None] = {}
+    for name in TRACE_CONFIG_MODULES:
+        module = sys.modules.get(name)
+        if module is None:
+            continue
+        try:
+            current = module._get_dict()
+            defaults = {key: entry.default for key, entry in module._config.items()}
+        except Exception:  # noqa: BLE001 - an unknown config module: take every value
+            try:
+                out[name] = module.get_config_copy()
+            except Exception:  # noqa: BLE001
+                out[name] = None
+            continue
+        changed = {}
+        for key, value in current.items():
+            try:
+                same = key in defaults and bool(value == defaults[key])
+            except Exception:  # noqa: BLE001
+                same = False
+            if not same:
+                changed[key] = value
+        if changed:
+            out[name] = changed
+    return out
 
 # --- the virtual GPU ------------------------------------------------------------
 
@@ -252,17 +292,17 @@ def _attention_for(arch: int):
     return attention
 
 
-def _export(module, example_inputs, fake_mode, arch, dynamic=None):
-    """``torch.export`` on fake CUDA tensors; ``dynamic = (batched input positions, min, max)``
-    makes dim 0 of those inputs one symbolic size."""
+def _export(module, example_inputs, fake_mode, arch, dynamic: Dynamic | None = None):
+    """``torch.export`` on fake CUDA tensors; ``dynamic`` makes dim 0 of its batched inputs
+    one symbolic size."""
     fake_module = _fake_cuda_module(module, fake_mode)
     with fake_mode:
         fake_inputs = tuple(_fake_like(t) for t in example_inputs)
         dynamic_shapes = None
         if dynamic is not None:  # by tensor, whatever forward's signature (*args included)
-            batched, low, high = dynamic
-            batch, shapes = torch.export.Dim("batch", min=low, max=high), torch.export.ShapesCollection()
-            for i in batched:
+            batch = torch.export.Dim(BATCH, min=dynamic.min, max=dynamic.max)
+            shapes = torch.export.ShapesCollection()
+            for i in dynamic.batched_inputs:
                 shapes[fake_inputs[i]] = {0: batch}
             dynamic_shapes = shapes.dynamic_shapes(fake_module, fake_inputs)
         with torch.no_grad(), mock.patch.object(torch.nn.functional, "scaled_dot_product_attention", _attention_for(arch)):
@@ -395,17 +435,65 @@ def _kernel_from_call(name: str, body: str, line) -> g.Kernel:
         numels=tuple(numels),
         dynamic_numels=tuple(dynamic),
         reduction_hint=hint.group(1) if hint else None,
-        mutated=tuple(inductor_meta.get("mutated_arg_names", ())),
+        # Workspaces (a mixed-order reduction's partial results) and semaphores are written
+        # by the kernel without being named as mutated.
+        mutated=tuple(dict.fromkeys([*inductor_meta.get("mutated_arg_names", ()),
+                                     *(p for p, _ in signature if p in ("ws_ptr", "sem_ptr"))])),
         no_x_dim=bool(inductor_meta.get("no_x_dim")),
+        rsplit_size=int(inductor_meta["RSPLIT_SIZE"]) if inductor_meta.get("RSPLIT_SIZE") else None,
     )
 
 
 _DEVICE_COPY = re.compile(r"^(\w+)\.copy_\((\w+)(?:, (?:True|False))?\)$")
+# A mixed-order reduction's last step, which Inductor writes as text: the kernel leaves one
+# partial result per split of the rows in a float32 workspace, and the wrapper reduces them,
+#   buf1 = workspace_0[0 * (n) * (r) : (0 + 1) * (n) * (r)].view(n, r).sum(dim=0).view([r]).to(torch.bfloat16)
+# (``SIMDScheduling._codegen_mix_order_reduction``; the ``.view``/``.to`` tails are optional).
+_MIX_ORDER_FINAL = re.compile(
+    r"^(?P<out>\w+) = (?P<ws>\w+)\[(?P<start>[^\[\]]+?) : (?P<end>[^\[\]]+?)\]"
+    r"\.view\((?P<nsplit>[^,]+), (?P<rnumel>[^,]+)\)\.(?P<op>sum|amax|amin|prod)\(dim=0\)"
+    r"(?:\.view\(\[(?P<shape>[^\]]*)\]\))?(?:\.to\(torch\.(?P<dtype>\w+)\))?$"
+)
+# reduction -> (public aten overload, its dim argument); Inductor mixes orders for sum and prod.
+_MIX_ORDER_OPS = {"sum": ("sum.dim_IntList", [0]), "prod": ("prod.dim_int", 0),
+                  "amax": ("amax.default", [0]), "amin": ("amin.default", [0])}
+
+
+def _size_expr(text: str, symbols: dict):
+    """A size the wrapper wrote as Python text (``(0 + 1) * (64) * (s0 // 2)``) as a sympy
+    expression over the graph's size symbols; only integers, names, + - * and //."""
+    import ast
+
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv
+
+    def convert(node):
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return sympy.Integer(node.value)
+        if isinstance(node, ast.Name) and node.id in symbols:
+            return symbols[node.id]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -convert(node.operand)
+        if isinstance(node, ast.BinOp):
+            a, b = convert(node.left), convert(node.right)
+            if isinstance(node.op, ast.Add):
+                return a + b
+            if isinstance(node.op, ast.Sub):
+                return a - b
+            if isinstance(node.op, ast.Mult):
+                return a * b
+            if isinstance(node.op, ast.FloorDiv):
+                return FloorDiv(a, b)
+        raise ValueError(f"cannot read the size {text!r}")
+
+    return convert(ast.parse(text.strip(), mode="eval").body)
 
 
 def _structured_lines(lines):
-    """The wrapper writes device copies (a lifted constant moved to the GPU) as
-    plain text; give them a line type the FX converter can read."""
+    """The wrapper writes a few steps as plain text, which its FX converter rejects; give
+    them line types it can read: device copies (a lifted constant moved to the GPU) and
+    the final step of a mixed-order reduction (see ``_MIX_ORDER_FINAL``); comments are
+    dropped. Any other text line fails the build, naming the line."""
     from torch._inductor.codegen.wrapper import WrapperLine
 
     class CopyLine(WrapperLine):
@@ -419,10 +507,69 @@ def _structured_lines(lines):
 
             return emit
 
+    class MixOrderFinalLine(WrapperLine):
+        """``out = reduce(workspace[start:end].view(nsplit, rnumel), dim=0)``, then the
+        buffer's shape and dtype: an as_strided view, a public aten reduction, a view and a
+        dtype conversion in the FX graph."""
+
+        def __init__(self, text: str, match: re.Match):
+            self.text, self.parts = text, match.groupdict()
+
+        def codegen_fx(self, converter):
+            def emit(line):
+                aten = torch.ops.aten
+                parts = line.parts
+                symbols = {str(s): s for s in converter.expr_to_proxy if getattr(s, "is_Symbol", False)}
+                try:
+                    size = {k: _size_expr(parts[k], symbols) for k in ("start", "nsplit", "rnumel")}
+                    shape = [_size_expr(d, symbols) for d in parts["shape"].split(",")] if parts["shape"] else None
+                except (ValueError, SyntaxError) as exc:
+                    raise UnsupportedModelError(
+                        f"cannot package Inductor's mixed-order reduction step `{line.text}`: {exc}") from None
+                sym = converter._generate_sym_node
+                graph = converter.gm.graph
+                out = parts["out"]
+                partials = graph.call_function(
+                    torch.as_strided,
+                    args=(converter.buffer_to_node[parts["ws"]], [sym(size["nsplit"]), sym(size["rnumel"])],
+                          [sym(size["rnumel"]), 1], sym(size["start"])),
+                )
+                partials.name = f"{out}_partials"
+                overload, dim = _MIX_ORDER_OPS[parts["op"]]
+                name, overload = overload.split(".")
+                node = graph.call_function(getattr(getattr(aten, name), overload), args=(partials, dim))
+                node.name = f"{out}_{parts['op']}"
+                if shape is not None:  # the reduced buffer is contiguous, like the reduction's result
+                    strides, running = [], 1
+                    for d in reversed(shape):
+                        strides.append(running)
+                        running = running * d
+                    node = graph.call_function(
+                        torch.as_strided, args=(node, [sym(d) for d in shape], [sym(s) for s in reversed(strides)], 0))
+                    node.name = f"{out}_view"
+                if parts["dtype"]:
+                    node = graph.call_function(aten.to.dtype, args=(node, getattr(torch, parts["dtype"])))
+                node.name = out
+                converter.buffer_to_node[out] = node
+
+            return emit
+
     out = []
     for line in lines:
-        match = _DEVICE_COPY.match(line.strip()) if isinstance(line, str) else None
-        out.append(CopyLine(match.group(1), match.group(2)) if match else line)
+        if isinstance(line, str):
+            text = line.strip()
+            if match := _DEVICE_COPY.match(text):
+                line = CopyLine(match.group(1), match.group(2))
+            elif match := _MIX_ORDER_FINAL.match(text):
+                line = MixOrderFinalLine(text, match)
+            elif not text or text.startswith("#"):
+                continue
+            else:
+                raise UnsupportedModelError(
+                    f"Inductor's wrapper code has a step aotcombo cannot package: `{text[:300]}`",
+                    fix="report it with the model; meanwhile change the construct that makes it",
+                )
+        out.append(line)
     return out
 
 
@@ -447,11 +594,14 @@ def _install_capture():
     return mock.patch.object(wrapper_fxir.WrapperFxCodegen, "_generate", generate)
 
 
-def _inductor_config(combo_kernels: bool = False):
+def _inductor_config(combo_kernels: bool = False, dynamic: bool = False):
     from torch._inductor import config
 
     return config.patch(
         {
+            # A mixed-order reduction splits its rows by a size fixed at build time (the
+            # workspace is sized for it): with a dynamic batch, reduce each order apart.
+            "triton.mix_order_reduction": not dynamic,
             "fx_wrapper": True,
             "allow_buffer_reuse": False,  # reuse would add false dependencies between kernels
             "force_disable_caches": True,
@@ -472,7 +622,28 @@ def _inductor_config(combo_kernels: bool = False):
     )
 
 
-def _run_inductor(gm, fake_inputs, combo_kernels: bool = False):
+def _note_failing_node():
+    """Inductor's errors from lowering one node do not always say which: note the node on
+    the exception (as ``_aotcombo_node``; its type is kept, for whoever catches it)."""
+    from torch._inductor.graph import GraphLowering
+
+    original = GraphLowering.run_node
+
+    def run_node(self, n):
+        try:
+            return original(self, n)
+        except Exception as exc:
+            if n.op == "call_function" and not hasattr(exc, "_aotcombo_node"):
+                try:
+                    exc._aotcombo_node = n
+                except AttributeError:  # an exception type without __dict__
+                    pass
+            raise
+
+    return mock.patch.object(GraphLowering, "run_node", run_node)
+
+
+def _run_inductor(gm, fake_inputs, combo_kernels: bool = False, dynamic: bool = False):
     from torch._inductor.compile_fx import compile_fx
 
     import logging
@@ -484,7 +655,7 @@ def _run_inductor(gm, fake_inputs, combo_kernels: bool = False):
     try:
         with tempfile.TemporaryDirectory(prefix="aotcombo-inductor-") as cache, quiet, mock.patch.dict(
             "os.environ", {"TORCHINDUCTOR_CACHE_DIR": cache}
-        ), _inductor_config(combo_kernels), _install_capture():
+        ), _inductor_config(combo_kernels, dynamic), _install_capture(), _note_failing_node():
             compile_fx(gm, fake_inputs)
     except BaseException as exc:  # noqa: BLE001 - we look for our marker in the chain
         seen = exc
@@ -502,14 +673,16 @@ def _run_inductor(gm, fake_inputs, combo_kernels: bool = False):
 
 
 def _size(value) -> int | str:
-    """A size of a traced tensor: an int, ``"batch"`` for the dynamic batch itself, or the
-    text of an expression of it (those are only shown, never run)."""
+    """A size of a traced tensor: an int, ``BATCH`` for the dynamic batch itself, or the
+    text of an expression of it in ``BATCH`` (``"64*batch"``: the runtime evaluates it)."""
     if isinstance(value, int):
         return value
     expr = value.node.expr
     if expr.is_number:
         return int(expr)
-    return "batch" if expr.is_symbol else str(expr)
+    if expr.is_symbol:
+        return BATCH
+    return str(expr.subs({s: sympy.Symbol(BATCH) for s in expr.free_symbols}))
 
 
 def _spec(t: torch.Tensor) -> g.TensorSpec:
@@ -595,7 +768,58 @@ def _aliased_args(op: torch._ops.OpOverload, args, kwargs) -> list[str]:
     return aliased
 
 
+ATTENTION = "aten::scaled_dot_product_attention"  # public; the program calls it through runtime/ops.py
+_PRIVATE_ATTENTION = {
+    "_scaled_dot_product_flash_attention": "flash",
+    "_scaled_dot_product_efficient_attention": "efficient",
+    "_scaled_dot_product_cudnn_attention": "cudnn",
+}
+
+
+def _attention(node) -> g.Extern | None:
+    """A private fused-attention op as the public call that makes it (``runtime.ops.attention``),
+    or None for any other node. Only its first output may be used: the others (log-sum-exp,
+    RNG state) are for training."""
+    op = node.target
+    backend = _PRIVATE_ATTENTION.get(op._schema.name.removeprefix("aten::")) if isinstance(
+        op, torch._ops.OpOverload) else None
+    if backend is None:
+        return None
+    names = [a.name for a in op._schema.arguments]
+    bound = {**dict(zip(names, node.args)), **node.kwargs}
+    where = _node_where(node)
+    if bound.get("dropout_p", 0.0) not in (0, 0.0):
+        raise UnsupportedModelError(f"{op._schema.name}{where} uses dropout, which is training-only",
+                                    fix="pass dropout_p=0.0 in the model")
+    for user in node.users:
+        if user.target is not operator.getitem or user.args[1] != 0:
+            raise UnsupportedModelError(f"{op._schema.name}{where}: the program uses an output other than the "
+                                        "attention itself (log-sum-exp or RNG state)", fix="use only its result")
+    out, query = node.meta["val"][0], bound["query"].meta["val"]
+    b, h, m, k = (d.node.expr if isinstance(d, torch.SymInt) else d for d in out.shape)
+    strides = tuple(s.node.expr if isinstance(s, torch.SymInt) else s for s in out.stride())
+    layouts = {"bmhk": (m * h * k, k, h * k, 1), "contiguous": (h * m * k, m * k, k, 1)}
+    layout = next((name for name, expected in layouts.items()
+                   if all(n == 1 or s == e for n, s, e in zip((b, h, m, k), strides, expected))), None)
+    if layout is None or tuple(out.shape) != tuple(query.shape[:-1]) + (out.shape[-1],):
+        raise UnsupportedModelError(f"{op._schema.name}{where} returns a layout aotcombo does not know "
+                                    f"(shape {tuple(out.shape)}, strides {tuple(out.stride())})")
+    kwargs = {"backend": backend, "layout": layout, "attn_mask": bound.get("attn_bias"),
+              "is_causal": bool(bound.get("is_causal", False)), "scale": bound.get("scale")}
+    return g.Extern(op=ATTENTION, args=_to_plain((bound["query"], bound["key"], bound["value"])),
+                    kwargs=tuple((key, _to_plain(value)) for key, value in kwargs.items()),
+                    out=node.name, writes=(), aliases=())
+
+
+# Names the package's program defines itself (templates/program.py.j2): a value of the
+# same name would shadow them.
+_PROGRAM_NAMES = frozenset({"torch", "empty_strided", "as_strided", "aten", "kernels", "weights", "device", "forward"})
+
+
 def _graph_from_fx(gm, kernels, input_meta, arch) -> g.Graph:
+    for node in gm.graph.nodes:
+        if node.name in _PROGRAM_NAMES:
+            node._rename(f"{node.name}_value")
     ops: list[g.Op] = []
     inputs: list[g.Input] = []
     specs: dict[str, g.TensorSpec] = {}
@@ -624,13 +848,20 @@ def _graph_from_fx(gm, kernels, input_meta, arch) -> g.Graph:
             ops.append(scalar)
         elif node.target is operator.getitem:
             ops.append(g.GetItem(node.name, node.args[0].name, int(node.args[1])))
+        elif (attention := _attention(node)) is not None:
+            ops.append(attention)
         elif isinstance(node.target, torch._ops.OpOverload):
             op = node.target
+            try:
+                args = _to_plain(tuple(node.args))
+                kwargs = tuple((k, _to_plain(v)) for k, v in node.kwargs.items())
+            except UnsupportedModelError as exc:
+                raise UnsupportedModelError(f"{exc.message}, passed to {_target_name(op)}", exc.fix) from None
             ops.append(
                 g.Extern(
                     op=_op_name(op),
-                    args=_to_plain(tuple(node.args)),
-                    kwargs=tuple((k, _to_plain(v)) for k, v in node.kwargs.items()),
+                    args=args,
+                    kwargs=kwargs,
                     out=node.name if node.users or not op._schema.returns == [] else None,
                     writes=tuple(_written_args(op, node.args, node.kwargs)),
                     aliases=tuple(_aliased_args(op, node.args, node.kwargs)),
@@ -655,11 +886,10 @@ def _graph_from_fx(gm, kernels, input_meta, arch) -> g.Graph:
 
 
 def trace(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor_combo_kernels: bool = False,
-          dynamic: tuple | None = None):
+          dynamic: Dynamic | None = None):
     """Trace ``module`` for a GPU of compute capability ``arch`` (e.g. 90).
 
-    ``dynamic = (batched input positions, min, max)``: dim 0 of those inputs is one symbolic
-    batch size in [min, max]; kernels then take the sizes that depend on it as arguments.
+    ``dynamic``: dim 0 of its batched inputs is one symbolic batch size in [min, max]; kernels then take the sizes that depend on it as arguments.
 
     ``inductor_combo_kernels=True`` lets Inductor make its own combo kernels:
     only to count the launches ``torch.compile`` would make, for comparison.
@@ -675,11 +905,11 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor
         fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
         try:
             ep = _export(module, example_inputs, fake_mode, arch, dynamic)
-        except UnsupportedModelError:
-            raise
+        except UnsupportedModelError as exc:  # ours, raised while tracing (attention): add the model's line
+            raise _located(exc, where(exc)) from None
         except Exception as exc:  # noqa: BLE001 - every export failure is the model's
             raise UnsupportedModelError(
-                f"torch.export cannot trace the model{_where(exc)}: {_summary(exc)}",
+                f"torch.export cannot trace the model{where(exc)}: {_summary(exc)}",
                 fix="aotcombo needs a model torch.export can capture whole: no data-dependent Python control "
                 "flow, no .item()/.tolist() host syncs, only ops with CUDA and fake-tensor kernels",
             ) from exc
@@ -706,14 +936,11 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor
         gm = ep.graph_module
         fake_inputs = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
         try:
-            fx_wrapper, kernels = _run_inductor(gm, fake_inputs, inductor_combo_kernels)
+            fx_wrapper, kernels = _run_inductor(gm, fake_inputs, inductor_combo_kernels, dynamic is not None)
         except UnsupportedModelError:
             raise
         except Exception as exc:  # noqa: BLE001
-            raise UnsupportedModelError(
-                f"TorchInductor cannot compile the model for sm_{arch}{_where(exc)}: {_summary(exc)}",
-                fix="replace the op named above, or build for another arch",
-            ) from exc
+            raise _inductor_failure(exc, arch) from exc
         graph = _graph_from_fx(fx_wrapper, kernels, input_meta, arch)
         placeholder = {s.arg.name: i for i, s in enumerate(signature.input_specs)}
         mutations = tuple(
@@ -721,10 +948,59 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor
             for i, s in enumerate(signature.output_specs)
             if s.kind == OutputKind.USER_INPUT_MUTATION
         )
-        graph = g.replace(graph, mutations=mutations, dynamic=dynamic and (tuple(dynamic[0]), *dynamic[1:]))
+        graph = g.replace(graph, mutations=mutations, dynamic=dynamic)
 
     weights = {key: _real_tensor(module, key, ep.constants) for kind, key in input_meta if kind == "weight"}
     return graph, weights, output_structure(ep.call_spec.out_spec)
+
+
+def _inductor_failure(exc: BaseException, arch: int) -> UnsupportedModelError:
+    """The build error for an Inductor failure: the op and the model's line when Inductor
+    failed lowering one node, else the stage that failed; never an empty message."""
+    failed = exc
+    while failed is not None and not hasattr(failed, "_aotcombo_node"):
+        failed = failed.__cause__ or failed.__context__
+    if failed is not None:
+        node = failed._aotcombo_node
+        op = _target_name(node.target)
+        return UnsupportedModelError(
+            f"TorchInductor cannot compile {op}{_node_where(node) or where(exc)} for sm_{arch}: {_summary(failed)}",
+            fix=f"replace {op} in the model (or compute it another way), or build for another arch",
+        )
+    return UnsupportedModelError(
+        f"TorchInductor cannot generate code for the model for sm_{arch}{where(exc)} "
+        f"(after lowering every op, while scheduling or writing the wrapper): {_summary(exc)}",
+        fix="this is a gap in aotcombo's support of Inductor: report it with the model; "
+        "building for another arch or changing the construct named in the error may avoid it",
+    )
+
+
+def _target_name(target) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        return f"aten.{target._schema.name.split('::')[-1]}.{target._overloadname}" \
+            if target.namespace == "aten" else str(target)
+    return getattr(target, "__name__", str(target))
+
+
+def _node_where(node) -> str:
+    """`` at model.py:12 (`code`)`` from an FX node's stack trace (its innermost frame)."""
+    lines = (node.meta.get("stack_trace") or "").strip().splitlines()
+    where = ""
+    for i, line in enumerate(lines):
+        m = re.match(r'\s*File "(.+)", line (\d+)', line)
+        if m:
+            code = lines[i + 1].strip() if i + 1 < len(lines) and not lines[i + 1].lstrip().startswith("File ") else ""
+            where = f" at {m.group(1).rsplit('/', 1)[-1]}:{m.group(2)}" + (f" (`{code}`)" if code else "")
+    return where
+
+
+def _located(exc: UnsupportedModelError, where: str) -> UnsupportedModelError:
+    """``exc`` with `` at model.py:12 (`code`)`` appended, unless it names a place already."""
+    if not where or " at " in exc.message:
+        return exc
+    located = type(exc)(f"{exc.message}{where}", exc.fix)
+    located.detail = exc.detail
+    return located
 
 
 def _reject_data_dependent_shapes(ep) -> None:
@@ -736,12 +1012,7 @@ def _reject_data_dependent_shapes(ep) -> None:
         values = val if isinstance(val, (list, tuple)) else [val]
         for v in values:
             if isinstance(v, torch.Tensor) and free_unbacked_symbols(v):
-                trace = (node.meta.get("stack_trace") or "").strip().splitlines()
-                where = ""
-                for line in trace:
-                    m = re.match(r'\s*File "(.+)", line (\d+)', line)
-                    if m:
-                        where = f" at {m.group(1).rsplit('/', 1)[-1]}:{m.group(2)}"
+                where = _node_where(node)
                 op = getattr(node.target, "__name__", str(node.target))
                 raise UnsupportedModelError(
                     f"{op}{where} makes a tensor whose shape depends on the data ({tuple(v.shape)}); "
@@ -771,28 +1042,11 @@ def _summary(exc: BaseException) -> str:
     while type(exc).__name__ in ("InductorError", "BackendCompilerFailed") and exc.__cause__ is not None:
         exc = exc.__cause__
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    head = lines[0] if lines else ""
+    # Inductor wraps errors as "NotImplementedError: " + the message on the next lines.
+    while len(lines) > 1 and re.fullmatch(r"[\w.]+:", lines[0]):
+        lines = lines[1:]
+    head = lines[0] if lines else "(no message)"
     return f"{type(exc).__name__}: {head[:300]}"
-
-
-def _where(exc: BaseException) -> str:
-    """`` at model.py:12 (`code`)`` for the innermost frame of user code, if any."""
-    import os
-    import sysconfig
-    import traceback
-
-    skip = (os.path.dirname(torch.__file__), os.path.dirname(__file__), sysconfig.get_paths()["stdlib"])
-    user = None
-    seen = exc
-    while seen is not None:
-        for frame in traceback.extract_tb(seen.__traceback__):
-            name = frame.filename or "<"
-            if not name.startswith(skip + ("<",)) and "site-packages" not in name:
-                user = frame
-        seen = seen.__cause__ or seen.__context__
-    if user is None:
-        return ""
-    return f" at {os.path.basename(user.filename)}:{user.lineno} (`{(user.line or '').strip()}`)"
 
 
 def output_structure(spec) -> tuple:

@@ -9,8 +9,9 @@ import sys
 import traceback
 from pathlib import Path
 
-from . import __version__
-from .errors import EXIT_STATUSES, INTERNAL_ERROR, INTERRUPTED, BuildError
+from .. import __version__
+from ..builder.options import DEFAULT_ARCHS
+from ..errors import EXIT_STATUSES, INTERNAL_ERROR, INTERRUPTED, BuildError
 
 EPILOG = "exit status: " + "; ".join(f"{code} {what}" for code, what in EXIT_STATUSES) + """.
 
@@ -61,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     build.add_argument("model_file", metavar="MODEL_FILE", help="path of the model's .py file")
     build.add_argument(
-        "--arch", default="sm_80,sm_90", help="comma-separated GPU archs to compile cubins for (default: %(default)s); "
+        "--arch", default=",".join(DEFAULT_ARCHS), help="comma-separated GPU archs to compile cubins for (default: %(default)s); "
         "PTX of the lowest is kept for newer GPUs",
     )
     build.add_argument("--name", help="package (import) name; default: the model file's stem")
@@ -133,82 +134,54 @@ def _noise(parser) -> None:
 # --- commands ----------------------------------------------------------------------------
 
 
-REQUIREMENTS = {"torch": "torch==2.14.*", "triton": "triton==3.8.*", "jinja2": "jinja2>=3.1", "sympy": "sympy>=1.13",
-                "numpy": "numpy", "packaging": "packaging"}
-
-
 def _build_modules():
     """The build's modules; a build dependency that is missing is an environment error."""
     try:
-        from . import modelfile, package, pipeline
+        from ..builder import modelfile, options, pipeline
 
-        return pipeline, modelfile, package
+        return pipeline, modelfile, options
     except ImportError as exc:
-        from .errors import EnvironmentError_
+        from ..builder.environment import BUILD_REQUIREMENTS, missing
 
-        missing = (exc.name or "").partition(".")[0]
-        if missing not in REQUIREMENTS:
+        module = (exc.name or "").partition(".")[0]
+        if module not in BUILD_REQUIREMENTS:
             raise
-        raise EnvironmentError_(
-            f"{missing} is not installed in this environment ({sys.executable}); aotcombo needs it to build",
-            fix=f"pip install '{REQUIREMENTS[missing]}' (or reinstall aotcombo with its dependencies)",
-        ) from exc
+        raise missing(module) from exc
 
 
-def _shape_options(args) -> dict:
-    """build_package's shape options from --batch, --dynamic and --pad, checked before any model load."""
-    from . import shapes
-    from .errors import UsageError
+def _options(args, options_mod):
+    """The build's options from the flags, checked before any model load: a typo in --arch or
+    an unwritable --out should not cost a model load."""
+    from ..errors import UsageError
 
     if args.pad and not args.batch:
         raise UsageError("--pad needs --batch", fix="pass --batch with the bucket sizes, e.g. --batch 1,2,4,8 --pad")
+    shapes = None
     if args.batch:
-        return {"batch": shapes.parse_batch(args.batch), "pad": args.pad}
-    if args.dynamic:
-        return {"dynamic": shapes.parse_dynamic(args.dynamic)}
-    return {}
+        shapes = options_mod.parse_batch(args.batch, args.pad)
+    elif args.dynamic:
+        shapes = options_mod.parse_dynamic(args.dynamic)
+    return options_mod.BuildOptions.checked(
+        arch=args.arch, name=args.name or Path(args.model_file).stem.replace("-", "_"), out=args.out,
+        version=args.package_version, dispatch=args.dispatch, shapes=shapes, cache=not args.no_cache, jobs=args.jobs,
+        native=False if args.no_native else None)
 
 
 def _build(args, reporter) -> int:
-    build_mod, modelfile, package = _build_modules()
-    build, check_environment, parse_archs = build_mod.build_package, build_mod.check_environment, build_mod.parse_archs
-    load_model_file, run_eager = modelfile.load_model_file, modelfile.run_eager
-    check_name, check_out_dir, check_version = package.check_name, package.check_out_dir, package.check_version
+    pipeline, modelfile, options_mod = _build_modules()
+    from ..builder.environment import check_environment
 
-    path = Path(args.model_file)
-    name = args.name or path.stem.replace("-", "_")
-    archs = [a for a in args.arch.split(",") if a.strip()]
-    # Cheap checks first: a typo in --arch or an unwritable --out should not cost a model load.
     check_environment()
-    parse_archs(archs)
-    check_name(name)
-    check_version(args.package_version)
-    check_out_dir(args.out)
-    if args.jobs is not None and args.jobs < 1:
-        from .errors import UsageError
-
-        raise UsageError(f"--jobs {args.jobs}: need at least 1", fix="pass --jobs 1 to compile in this process only")
-    shape_options = _shape_options(args)
+    options = _options(args, options_mod)
+    path = Path(args.model_file)
+    make_inputs = None
     with reporter.stage(f"load {path}", timing_key="load"):
-        model, inputs = load_model_file(path, args.model_fn, args.inputs_fn)
-        run_eager(model, inputs, path=path)
+        model, inputs = modelfile.load_model_file(path, args.model_fn, args.inputs_fn)
+        modelfile.run_eager(model, inputs, path=path)
         if args.batch or args.dynamic:
-            shape_options["make_inputs"] = modelfile.batch_inputs_function(path, args.inputs_fn)
-    result = build(
-        model,
-        inputs,
-        arch=archs,
-        name=name,
-        out=args.out,
-        dispatch=args.dispatch,
-        version=args.package_version,
-        reporter=reporter,
-        cache=not args.no_cache,
-        jobs=args.jobs,
-        model_file=path,
-        native=False if args.no_native else None,
-        **shape_options,
-    )
+            make_inputs = modelfile.batch_inputs_function(path, args.inputs_fn)
+    result = pipeline.build_package(model, inputs, options, reporter=reporter, model_file=path,
+                                    make_inputs=make_inputs)
     s = result.summary()
     c = result.cache
 
@@ -216,7 +189,7 @@ def _build(args, reporter) -> int:
         return f"{n} {one if n == 1 else many}"
 
     reporter.line(
-        f"{name}: {count(s['kernels'], 'kernel', 'kernels')} in "
+        f"{options.name}: {count(s['kernels'], 'kernel', 'kernels')} in "
         f"{count(s['combos'], 'combo launch', 'combo launches')} + "
         f"{count(s['extern_calls'], 'extern call', 'extern calls')} = "
         f"{count(s['launches_per_forward'], 'launch', 'launches')} per forward"
@@ -226,7 +199,8 @@ def _build(args, reporter) -> int:
                         f"{c['kernels_cached']} cached + {c['kernels_compiled']} compiled")
     reporter.detail("times: " + ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.items()))
     if not args.quiet:
-        print(result.wheel)
+        for wheel in result.wheels:
+            print(wheel)
     return 0
 
 
@@ -235,7 +209,7 @@ def _inspect(args, reporter) -> int:
 
     info = inspect_package(args.target)
     if args.arch and args.arch not in info["variants"]:
-        from .errors import UsageError
+        from ..errors import UsageError
 
         raise UsageError(f"{info['name']} has no variant {args.arch}", fix=f"choose among {', '.join(info['variants'])}")
     if args.json:
@@ -248,7 +222,7 @@ def _inspect(args, reporter) -> int:
         try:
             render_png(info, png, args.arch)
         except OSError as exc:
-            from .errors import OutputError
+            from ..errors import OutputError
 
             raise OutputError(f"cannot write {png}: {exc.strerror or exc}", fix="pass --png with a writable path") from exc
         reporter.line(f"wrote {png}")
@@ -256,7 +230,7 @@ def _inspect(args, reporter) -> int:
 
 
 def _cache(args, reporter) -> int:
-    from .cache import Cache, default_dir
+    from ..builder.cache import Cache, default_dir
 
     cache = Cache(default_dir())
     if args.clear:
@@ -301,7 +275,7 @@ def _main(argv: list[str] | None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    from .progress import Reporter
+    from ..progress import Reporter
 
     reporter = Reporter(quiet=args.quiet, verbose=args.verbose)
     try:

@@ -1,0 +1,74 @@
+"""Whose code is a file: the user's, an installed package's, or code pinned by a version.
+
+One answer for the whole build: error messages point at the innermost frame of user
+code, the model file's loader drops the user's sibling modules, and the trace cache
+follows user code through its globals while it identifies the rest by version.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import traceback
+
+VERSIONED, THIRD_PARTY, USER = "versioned", "third_party", "user"
+
+
+@functools.cache
+def _versioned_roots() -> tuple[str, ...]:
+    """Folders whose code a version names: Python's standard library, torch (and the
+    packages it bundles), triton and aotcombo."""
+    import sysconfig
+
+    aotcombo_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    roots = {aotcombo_root}
+    for key in ("stdlib", "platstdlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            roots.add(path)
+    for name in ("torch", "triton", "torchgen", "functorch"):
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if file:
+            roots.add(os.path.dirname(file))
+    return tuple(sorted(os.path.realpath(r) + os.sep for r in roots))
+
+
+@functools.cache
+def code_kind(file: str | None) -> str:
+    """``VERSIONED`` (the standard library, torch, triton, aotcombo, and code with no
+    Python source), ``THIRD_PARTY`` (other installed packages) or ``USER``."""
+    if not file:
+        return VERSIONED  # builtins and extension types have no Python source
+    if file.startswith("<"):
+        return USER  # exec'd code
+    path = os.path.realpath(file)
+    if path.startswith(_versioned_roots()):
+        return VERSIONED
+    parts = path.split(os.sep)
+    if "site-packages" in parts or "dist-packages" in parts:
+        return THIRD_PARTY
+    return USER
+
+
+def is_user_file(file: str | os.PathLike | None) -> bool:
+    return code_kind(os.fspath(file) if file is not None else None) == USER and not os.fspath(file).startswith("<")
+
+
+def user_frame(exc: BaseException) -> traceback.FrameSummary | None:
+    """The innermost frame of user code in ``exc``, its causes and contexts."""
+    found, seen = None, exc
+    while seen is not None:
+        for frame in traceback.extract_tb(seen.__traceback__):
+            if frame.filename and is_user_file(frame.filename):
+                found = frame
+        seen = seen.__cause__ or seen.__context__
+    return found
+
+
+def where(exc: BaseException) -> str:
+    """`` at model.py:12 (`code`)`` for the innermost frame of user code in ``exc``, or ""."""
+    frame = user_frame(exc)
+    if frame is None:
+        return ""
+    return f" at {os.path.basename(frame.filename)}:{frame.lineno} (`{(frame.line or '').strip()}`)"

@@ -1,0 +1,316 @@
+"""The contract between the build and the runtime: ``manifest.json``, as dataclasses.
+
+The build writes a ``Manifest`` (``aotcombo/builder/manifest.py`` assembles it), the
+runtime and ``aotcombo inspect`` read it, both through this module only: it ships in
+every wheel, stdlib only. ``Manifest.to_json()`` / ``Manifest.from_json()`` are the only
+ways in and out; a manifest of another format, or one that does not fit these classes,
+is a ``ManifestError`` naming what is wrong.
+
+A package holds one ``Specialization`` per input shape it was built for: one for static
+shapes and for a dynamic batch, one per bucket for ``--batch``. Each holds a ``Variant``
+per cubin arch (``"sm_90"``) and one for the PTX (``"ptx"``): the program module to run,
+its kernels with their fixed launch configs, and the order of launches.
+
+Shape modes (``shapes``): ``Static()``, ``Buckets(sizes, pad)`` or ``Dynamic(min, max)``;
+``batched_inputs`` and ``batched_outputs`` say which flat inputs and outputs carry the
+batch as dim 0. In an input's shape, a dynamic batch dim is the string ``BATCH``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Union
+
+FORMAT = 2
+BATCH = "batch"  # a dynamic batch dim in a shape
+
+
+class ManifestError(ValueError):
+    """A manifest this runtime cannot read."""
+
+
+# --- shape modes ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Static:
+    """Exactly the example inputs' shapes."""
+
+    batched_inputs: tuple[int, ...] = ()
+    batched_outputs: tuple[int, ...] = ()
+    mode: str = field(default="static", init=False)
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """One specialization per batch size; ``pad``: sizes between them run in the next one."""
+
+    sizes: tuple[int, ...]
+    pad: bool = False
+    batched_inputs: tuple[int, ...] = ()
+    batched_outputs: tuple[int, ...] = ()
+    mode: str = field(default="buckets", init=False)
+
+
+@dataclass(frozen=True)
+class Dynamic:
+    """One build whose batch is a run-time size in ``[min, max]``."""
+
+    min: int
+    max: int
+    batched_inputs: tuple[int, ...] = ()
+    mode: str = field(default="dynamic", init=False)
+
+    @property
+    def batched_outputs(self) -> tuple[int, ...]:
+        return ()
+
+
+ShapeMode = Union[Static, Buckets, Dynamic]
+SHAPE_MODES = {"static": Static, "buckets": Buckets, "dynamic": Dynamic}
+
+
+# --- one input shape ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Input:
+    """A user input: ``shape`` holds ints, and ``BATCH`` for a dynamic batch dim."""
+
+    name: str
+    dtype: str  # torch dtype name: "float32", "bfloat16", ...
+    shape: tuple[Union[int, str], ...]
+    stride: tuple[Union[int, str], ...]
+    align: int = 16  # bytes the data pointer must be a multiple of
+    mutated: bool = False  # the model updates it in place
+
+
+@dataclass(frozen=True)
+class SubKernel:
+    """One Inductor kernel inside a combo kernel (what ``inspect`` shows)."""
+
+    kernel: str
+    heuristic: str
+    numel: dict[str, int]
+    block: dict[str, int]
+    programs: int
+    axes: tuple[int, int, int]
+    num_warps: int
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A combo kernel: its image, symbol, fixed launch config and parameter kinds."""
+
+    name: str
+    function: str
+    image: str  # path inside the package
+    sha256: str  # of the image's bytes
+    grid: tuple[int, int, int]  # with a dynamic grid: the largest
+    dynamic_grid: bool
+    num_warps: int
+    shared: int
+    params: tuple[str, ...]  # "ptr", "i32", "fp32", ...
+    global_scratch: tuple[int, int]  # (bytes per program, alignment)
+    profile_scratch: tuple[int, int]
+    dispatch: str
+    level: int
+    subs: tuple[SubKernel, ...]
+    registers: Union[int, None] = None
+    local_bytes: Union[int, None] = None
+    stack_bytes: Union[int, None] = None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One launch of the forward, in order: a combo kernel or an extern call."""
+
+    kind: str  # "combo" | "extern"
+    name: str  # the combo's name, or the op: "aten::mm.default"
+    level: int
+
+
+@dataclass(frozen=True)
+class Stats:
+    kernels: int  # Inductor kernels
+    combos: int  # combo launches
+    extern_calls: int
+
+    @property
+    def launches_per_forward(self) -> int:
+        return self.combos + self.extern_calls
+
+    @property
+    def launches_uncombined(self) -> int:
+        return self.kernels + self.extern_calls
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What runs on one arch: a program module, its kernels (``kernels[i]`` in the
+    program), and its launches in order."""
+
+    program: str
+    kernels: tuple[Kernel, ...]
+    schedule: tuple[Step, ...]
+    stats: Stats
+
+
+@dataclass(frozen=True)
+class Specialization:
+    """One input shape: its inputs and its variants by key (``"sm_90"``, ``"ptx"``)."""
+
+    batch: Union[int, None]  # the bucket's size; None without buckets
+    inputs: tuple[Input, ...]
+    variants: dict[str, Variant]
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A weight: the model's name for it (``layers.0.attn.q_proj.weight``), dtype and shape."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+
+_ITEMSIZE = {"float64": 8, "int64": 8, "uint64": 8, "complex64": 8, "complex128": 16, "float32": 4, "int32": 4,
+             "uint32": 4, "bfloat16": 2, "float16": 2, "int16": 2, "uint16": 2}
+
+
+@dataclass(frozen=True)
+class Weights:
+    file: str  # torch.save of the tensors, a list in program order
+    tensors: tuple[Tensor, ...]
+    file_bytes: int
+    sha256: str  # of the file's bytes
+
+    @property
+    def bytes(self) -> int:
+        """The tensors' data."""
+        total = 0
+        for t in self.tensors:
+            n = _ITEMSIZE.get(t.dtype, 1)
+            for d in t.shape:
+                n *= d
+            total += n
+        return total
+
+
+@dataclass(frozen=True)
+class Manifest:
+    name: str
+    version: str
+    built_with: dict[str, str]  # tool versions: aotcombo, torch, triton
+    torch: tuple[str, str]  # the torch releases the package runs on, first and last: ("2.11", "2.14")
+    archs: tuple[int, ...]  # cubin archs
+    ptx_arch: int
+    shapes: ShapeMode
+    specializations: tuple[Specialization, ...]  # by batch size, ascending
+    weights: Weights
+    extern_ops: tuple[str, ...]  # the torch ops the programs call ("aten::mm.out", ...)
+    format: int = FORMAT
+
+    @property
+    def private_ops(self) -> tuple[str, ...]:
+        """The extern ops outside torch's public API (``aten::_...``): their contracts can move
+        between releases, which ``torch`` bounds."""
+        return tuple(op for op in self.extern_ops if op.partition("::")[2].startswith("_"))
+
+    def specialization(self, batch: Union[int, None] = None) -> Specialization:
+        """The specialization of bucket ``batch``; without buckets, the only one."""
+        if batch is None:
+            return self.specializations[-1]
+        for s in self.specializations:
+            if s.batch == batch:
+                return s
+        raise KeyError(batch)
+
+    @property
+    def inputs(self) -> tuple[Input, ...]:
+        """The inputs of the largest specialization."""
+        return self.specializations[-1].inputs
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: Union[str, bytes]) -> Manifest:
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise ManifestError(f"manifest.json is not JSON: {e}") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            found = data.get("format") if isinstance(data, dict) else None
+            raise ManifestError(f"manifest format {found!r}; this runtime reads format {FORMAT}")
+        return _decode(cls, data, "manifest")
+
+
+# --- decoding: JSON values into the classes above, checked against their annotations ------------
+
+
+def _decode(kind, value, where: str):
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if dataclasses.is_dataclass(kind):
+        if not isinstance(value, dict):
+            raise ManifestError(f"{where}: expected an object, got {type(value).__name__}")
+        hints = _hints(kind)
+        fields = {f.name: f for f in dataclasses.fields(kind)}
+        unknown = set(value) - set(fields)
+        if unknown:
+            raise ManifestError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+        try:
+            return kind(**{k: _decode(hints[k], v, f"{where}.{k}") for k, v in value.items() if fields[k].init})
+        except TypeError as e:  # a required field is missing
+            raise ManifestError(f"{where}: {e}") from None
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        modes = [a for a in args if dataclasses.is_dataclass(a) and "mode" in _hints(a)]
+        if modes:
+            mode = value.get("mode") if isinstance(value, dict) else None
+            if mode not in SHAPE_MODES:
+                raise ManifestError(f"{where}: unknown mode {mode!r}")
+            return _decode(SHAPE_MODES[mode], value, where)
+        for a in args:
+            if a is not type(None) and _is(a, value):
+                return value
+        raise ManifestError(f"{where}: unexpected {type(value).__name__} {value!r}")
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise ManifestError(f"{where}: expected a list, got {type(value).__name__}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_decode(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+        if len(args) != len(value):
+            raise ManifestError(f"{where}: expected {len(args)} items, got {len(value)}")
+        return tuple(_decode(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ManifestError(f"{where}: expected an object, got {type(value).__name__}")
+        return {k: _decode(args[1], v, f"{where}.{k}") for k, v in value.items()}
+    if not _is(kind, value):
+        raise ManifestError(f"{where}: expected {getattr(kind, '__name__', kind)}, got {value!r}")
+    return value
+
+
+def _is(kind, value) -> bool:
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+_HINTS: dict = {}
+
+
+def _hints(cls) -> dict:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+

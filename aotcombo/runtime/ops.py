@@ -1,0 +1,48 @@
+"""Public-API stand-ins for the private ops Inductor calls, so a package runs on every torch
+its wheel admits.
+
+Inductor lowers ``F.scaled_dot_product_attention`` to private ATen ops
+(``_scaled_dot_product_efficient_attention``, ``..._flash_attention``) whose contracts move
+between releases: torch 2.14 takes a boolean ``attn_bias`` that 2.11 refuses. The public
+function makes the same call after doing what the private ops leave to their callers
+(boolean masks to additive ones, padding, broadcasting), so the program calls it instead,
+with the backend chosen at build time first in line and the math backend as the fallback.
+
+The program's later kernels read the output through the strides the trace gave it, so the
+result is returned in exactly that layout: ``"bmhk"``, a (batch, queries, heads, dim)
+buffer viewed as (batch, heads, queries, dim), as the fused kernels write it, or
+``"contiguous"``. The fused kernels return that layout already; anything else is copied.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+BACKENDS = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+LAYOUTS = ("bmhk", "contiguous")
+
+
+def attention(query, key, value, *, backend: str, layout: str, attn_mask=None, is_causal: bool = False,
+              scale: float | None = None, enable_gqa: bool = False) -> tuple[torch.Tensor]:
+    """``F.scaled_dot_product_attention`` on ``backend`` (else math), its output in ``layout``;
+    a 1-tuple, as the private ops' first output."""
+    with sdpa_kernel([BACKENDS[backend], SDPBackend.MATH]):
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
+            **({"enable_gqa": True} if enable_gqa else {}))
+    return (in_layout(out, layout),)
+
+
+def in_layout(out: torch.Tensor, layout: str) -> torch.Tensor:
+    """``out`` with the strides ``layout`` names, copied only when it has others."""
+    b, h, m, k = out.shape
+    stride = (m * h * k, k, h * k, 1) if layout == "bmhk" else (h * m * k, m * k, k, 1)
+    if all(n == 1 or s == t for n, s, t in zip(out.shape, out.stride(), stride)):  # size-1 dims: any stride
+        return out
+    return torch.empty_strided(out.shape, stride, dtype=out.dtype, device=out.device).copy_(out)

@@ -1,0 +1,62 @@
+"""The promises docs/architecture.md makes about the code's shape, checked."""
+
+import ast
+import sys
+import tomllib
+from pathlib import Path
+
+from aotcombo.builder.environment import BUILD_REQUIREMENTS
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "aotcombo"
+BRIDGE = PACKAGE / "builder" / "inductor.py"
+MAX_LINES = 600
+
+
+def _modules():
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_inductors_private_api_is_named_in_one_module_only():
+    offenders = [p.relative_to(ROOT) for p in _modules() if p != BRIDGE and "_inductor" in p.read_text()]
+    assert offenders == []
+
+
+def test_no_module_is_over_600_lines_but_the_bridge():
+    long = {str(p.relative_to(ROOT)): n for p in _modules() if p != BRIDGE
+            and (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_the_runtime_needs_only_the_standard_library_and_torch():
+    for path in (PACKAGE / "runtime").glob("*.py"):
+        outside = _imports(path) - set(sys.stdlib_module_names) - {"torch"}
+        assert outside == set(), (path.name, outside)
+    manifest = PACKAGE / "runtime" / "manifest.py"
+    assert _imports(manifest) <= set(sys.stdlib_module_names), "the contract must load without torch"
+
+
+def test_pyproject_lists_the_build_requirements_environment_checks():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {r.split("=")[0].split(">")[0].split("<")[0].strip(): r for r in project["dependencies"]}
+    assert declared == BUILD_REQUIREMENTS
+
+
+def test_what_the_build_imports_is_declared():
+    """Every third-party module the package imports is a declared requirement (or an optional extra)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = set(BUILD_REQUIREMENTS) | {"matplotlib"}  # matplotlib: the png extra, imported lazily
+    optional = {r.split(">")[0].split("=")[0] for extra in project["optional-dependencies"].values() for r in extra}
+    imported = set().union(*(_imports(p) for p in _modules())) - set(sys.stdlib_module_names) - {"aotcombo"}
+    assert imported <= declared | optional, imported - declared - optional
