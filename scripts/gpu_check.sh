@@ -3,16 +3,21 @@
 # torch and triton): install the wheels built on the GPU-less machine into a
 # private folder, then run every GPU test and the GPU report.
 #
-#   scripts/gpu_check.sh [WHEEL_DIR]      (default: .carry/wheels, made by scripts/build_wheels.py)
-#   AOTCOMBO_GPU_MEASURE=0  skip the measurements (launch overhead, batch sizes, cold start)
+#   scripts/gpu_check.sh [WHEEL_DIR ...]  (default: those of .carry/wheels, .carry/combo,
+#                                          .carry/zoo* that exist: scripts/build_wheels.py,
+#                                          build_combo_tests.py, build_zoo.py make them)
 #   AOTCOMBO_GPU_TESTS=0    skip the tests (measure only)
+#   AOTCOMBO_GPU_TEST_FILES="tests/test_gpu_zoo.py ..."  run these test files only
+#   AOTCOMBO_ZOO="bert gpt2 ..."  the zoo models to check (default: all of sample_models/zoo)
+#   AOTCOMBO_GPU_MEASURE=0  skip the measurements (launch overhead, batch sizes, cold start)
+#   AOTCOMBO_ZOO_BENCH=1    also time the zoo (benchmarks/zoo_bench.py) against eager and reduce-overhead
 #   AOTCOMBO_MEMCHECK=1     also run compute-sanitizer memcheck on one call of each sample
 #
-# From the build machine, with the device tool:
-#   run(command="bash scripts/gpu_check.sh", carry=[".carry"])
+# From the build machine, with the device tool (64 MiB travel per call: the zoo goes in two):
+#   run(command="bash scripts/gpu_check.sh", carry=[".carry/wheels", ".carry/combo", ".carry/zoo1"])
 set -uo pipefail
 cd "$(dirname "$0")/.."
-WHEELS="${1:-.carry/wheels}"
+if [ $# -gt 0 ]; then DIRS=("$@"); else DIRS=(); for d in .carry/wheels .carry/combo .carry/zoo*; do [ -d "$d" ] && DIRS+=("$d"); done; fi
 OUT="${OUT:-/tmp/aotcombo-gpu-out}"
 mkdir -p "$OUT"
 SITE="$(mktemp -d)"
@@ -22,11 +27,15 @@ echo "== device"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 $PY -c 'import sys, torch, triton; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__)'
 
-echo "== install $(ls "$WHEELS"/*.whl | wc -l) wheels (no deps, no index)"
-$PY -m pip install --quiet --no-deps --no-index --target "$SITE" "$WHEELS"/*.whl || exit 1
+WHEELS=$(for d in "${DIRS[@]}"; do ls "$d"/*.whl; done)
+NAMES="$(echo "$WHEELS" | xargs -n1 basename | cut -d- -f1 | sort -u)"
+echo "== install $(echo "$NAMES" | wc -l) packages from $(echo "$WHEELS" | wc -l) wheels in ${DIRS[*]} (pip picks each one's wheel; no deps, no index)"
+$PY -m pip install --quiet --no-deps --no-index $(printf -- "--find-links %s " "${DIRS[@]}") --target "$SITE" $NAMES || exit 1
 $PY - "$SITE" <<'PY'
-import subprocess, sys
+import os, subprocess, sys
 site = sys.argv[1]
+if not os.path.isdir(os.path.join(site, "branches")):
+    sys.exit(0)
 code = "import sys, importlib, time; t=time.perf_counter(); import branches; print(f'import branches: {1e3*(time.perf_counter()-t):.1f} ms;', 'triton' in sys.modules and 'TRITON IMPORTED' or 'no triton', 'jinja2' in sys.modules and 'JINJA2 IMPORTED' or 'no jinja2')"
 subprocess.run([sys.executable, "-c", "import torch; " + code], env={"PYTHONPATH": site, "PATH": "/usr/bin:/bin"})
 PY
@@ -35,7 +44,7 @@ status=0
 if [ "${AOTCOMBO_GPU_TESTS:-1}" = 1 ]; then
   echo "== pytest -m gpu"
   PYTHONPATH="$SITE:$PWD:$PWD/tests" AOTCOMBO_REQUIRE_PACKAGES=1 PYTHONUNBUFFERED=1 \
-    $PY -m pytest -m gpu tests/test_gpu_*.py tests/test_runtime.py -q -s -rfE -p no:cacheprovider 2>&1 | tee "$OUT/gpu_pytest.log"
+    $PY -m pytest -m gpu ${AOTCOMBO_GPU_TEST_FILES:-tests/test_gpu_*.py tests/test_runtime.py} -q -s -rfE -p no:cacheprovider 2>&1 | tee "$OUT/gpu_pytest.log"
   status=${PIPESTATUS[0]}
 fi
 
@@ -46,6 +55,10 @@ if [ "${AOTCOMBO_GPU_MEASURE:-1}" = 1 ]; then
   PYTHONPATH="$SITE:$PWD:$PWD/tests" PYTHONUNBUFFERED=1 $PY benchmarks/shapes_bench.py --out "$OUT" 2>&1 | tee "$OUT/shapes_bench.log"
   echo "== cold start"
   PYTHONPATH="$SITE" $PY benchmarks/cold_start.py transformer_block --repeats 5 --out "$OUT/cold_start.json" 2>&1 | tee "$OUT/cold_start.log"
+fi
+if [ "${AOTCOMBO_ZOO_BENCH:-0}" = 1 ]; then
+  echo "== zoo benchmark: eager, reduce-overhead, ours default and static"
+  PYTHONPATH="$SITE:$PWD:$PWD/tests" PYTHONUNBUFFERED=1 $PY benchmarks/zoo_bench.py ${AOTCOMBO_ZOO:-} --out "$OUT" 2>&1 | tee "$OUT/zoo_bench.log"
 fi
 if [ "${AOTCOMBO_MEMCHECK:-0}" = 1 ]; then
   echo "== compute-sanitizer memcheck, one call per sample package"

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""The zoo on one GPU, one run: eager, torch.compile(mode="reduce-overhead") and the package's
+default call and serving path, side by side, per model.
+
+    PYTHONPATH=<site with the zoo wheels>:.:tests PYTHONUNBUFFERED=1 \\
+        python3 benchmarks/zoo_bench.py [MODEL ...] --out $OUT
+
+Per model, all in this process, on the file's example inputs drawn with fresh seeds:
+- ``eager``: the file's model with the package's weights, under ``torch.no_grad()``;
+- ``ours_default``: ``pkg.load("cuda")`` called with the caller's tensors (graph mode: copied
+  in, replayed, outputs copied out): what ``y = m(x)`` costs;
+- ``ours_static``: the serving path, ``m(*m.static_inputs())`` with ``copy_outputs=False``;
+- ``compile_ro``: ``torch.compile(mode="reduce-overhead")`` (its compile kept out of the timing,
+  measured last per model: its CUDA graph trees must not record while ours are live).
+Each is timed as synchronized wall clock per call (median of ``--calls``), the input sets
+rotating. Writes one JSON line per model to ``$OUT/zoo_bench.jsonl`` and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
+
+import torch  # noqa: E402
+
+from bench_timing import time_synced, warm_up  # noqa: E402
+from gpu_support import import_package  # noqa: E402
+from zoo_support import ZOO, eager_model, fresh_inputs, package_name  # noqa: E402
+
+SEEDS = (301, 302, 303, 304)
+
+
+def measure(fn, sets, calls: int) -> float:
+    device = torch.device("cuda")
+    warm_up(fn, sets, device, calls=5, seconds=0.2)
+    return time_synced(fn, sets, device, calls)["median"]
+
+
+def bench_model(name: str, calls: int, compile_ro: bool) -> dict:
+    row: dict = {"model": name}
+    package = import_package(package_name(name))
+    sets = [fresh_inputs(name, seed) for seed in SEEDS]
+    eager = eager_model(name, package)
+    with torch.no_grad():
+        row["eager_ms"] = measure(eager, sets, calls)
+        m = package.load("cuda")
+        row["ours_default_ms"] = measure(m, sets, calls)
+        static = package.load("cuda", copy_outputs=False)
+        inputs = static.static_inputs()
+        for dst, src in zip(inputs, sets[0]):
+            dst.copy_(src)
+        row["ours_static_ms"] = measure(static, [inputs], calls)
+        del m, static
+        if compile_ro:
+            start = time.perf_counter()
+            compiled = torch.compile(eager, mode="reduce-overhead")
+            try:
+                for _ in range(3):
+                    torch.compiler.cudagraph_mark_step_begin()
+                    compiled(*sets[0])
+                torch.cuda.synchronize()
+                row["compile_s"] = round(time.perf_counter() - start, 1)
+
+                def ro(*x):
+                    torch.compiler.cudagraph_mark_step_begin()
+                    return compiled(*x)
+
+                row["compile_ro_ms"] = measure(ro, sets, calls)
+            except Exception as exc:  # noqa: BLE001 - reported, the run goes on
+                row["compile_ro_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            torch._dynamo.reset()
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("models", nargs="*", default=list(ZOO))
+    parser.add_argument("--out", default=".")
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--no-compile", action="store_true")
+    args = parser.parse_args()
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    rows = []
+    for name in args.models:
+        try:
+            row = bench_model(name, args.calls, not args.no_compile)
+        except Exception as exc:  # noqa: BLE001
+            traceback.print_exc()
+            row = {"model": name, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        with open(Path(args.out) / "zoo_bench.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+    print(f"\n{'model':20} {'eager':>8} {'RO':>8} {'default':>8} {'static':>8}  RO/default RO/static  (ms, medians)")
+    for r in rows:
+        f = lambda k: f"{r[k]:8.3f}" if k in r else f"{'-':>8}"  # noqa: E731
+        ro = r.get("compile_ro_ms")
+        ratio = (f"{ro / r['ours_default_ms']:10.2f} {ro / r['ours_static_ms']:9.2f}" if ro and "ours_static_ms" in r
+                 else "")
+        print(f"{r['model']:20} {f('eager_ms')} {f('compile_ro_ms')} {f('ours_default_ms')} {f('ours_static_ms')}  {ratio}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Build a package per ported PyTorch combo-kernel test case, for the GPU check.
+
+    .venv/bin/python scripts/build_combo_tests.py [CASE ...] [--out .carry/combo]
+
+Each case of ``tests/combo_test_models.py`` becomes package ``combo_<case>`` for sm_90, at
+the PyTorch test's own sizes (a dynamic case with its batch range), and only the wheel pip
+picks on the GPU machine is kept. ``tests/test_gpu_combo_tests.py`` checks them against eager.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+import combo_test_models as M  # noqa: E402
+import combo_tests_support as S  # noqa: E402
+
+from aotcombo.errors import BuildError  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("cases", nargs="*", default=[c for c in M.CASES if c not in S.NOT_ON_GPU])
+    parser.add_argument("--out", default=str(ROOT / ".carry" / "combo"))
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    failed = []
+    for name in args.cases:
+        start = time.perf_counter()
+        try:
+            _, result = S.build(M.CASES[name], out, name=S.package_name(name), cache=True)
+        except BuildError as exc:
+            failed.append(name)
+            print(f"{name}: FAILED: {exc.title}: {exc}", flush=True)
+            continue
+        for wheel in result.wheels[:-1]:
+            wheel.unlink()
+        print(f"{result.wheels[-1].name}: {time.perf_counter() - start:.1f} s", flush=True)
+    print(f"{len(args.cases) - len(failed)} built, {len(failed)} failed: {', '.join(failed) or 'none'}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""PyTorch's combo-kernel tests on a GPU: every ported case (``combo_test_models``), built here
+at the PyTorch test's own sizes (``scripts/build_combo_tests.py``), matches eager on fresh
+random inputs, in graph mode and op by op: outputs and the inputs the model updates in place,
+fp32 within 1e-4 relative L2, integer outputs exact, strides as eager's."""
+
+import pytest
+import torch
+
+import combo_test_models as M
+import combo_tests_support as S
+from gpu_support import import_package
+from zoo_support import package_weights
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _full_fp32():
+    """Convolutions in true fp32 on both sides: cuDNN's default TF32 (``allow_tf32``) would
+    put eager itself ~1e-3 off (the package calls the same aten op, so it follows the flag)."""
+    previous = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32 = previous
+
+
+def eager_model(name: str, package) -> torch.nn.Module:
+    model = M.CASES[name].model().eval()
+    own = dict(model.named_parameters()) | dict(model.named_buffers())
+    with torch.no_grad():
+        for key, value in package_weights(package).items():
+            if key in own:
+                own[key].copy_(value)
+    return model.cuda()
+
+
+@pytest.mark.parametrize("graphs", [True, False], ids=["graph", "op_by_op"])
+@pytest.mark.parametrize("name", list(M.CASES))
+def test_case_matches_eager(name, graphs):
+    if name in S.NOT_ON_GPU:
+        pytest.skip(S.NOT_ON_GPU[name])
+    case = M.CASES[name]
+    package = import_package(S.package_name(name))
+    eager = eager_model(name, package)
+    loaded = package.load("cuda", graphs=graphs)
+    for seed in S.CHECK_SEEDS:
+        for batch in case.check_batches or [None]:
+            inputs = case.inputs(seed, batch) if case.dynamic else case.inputs(seed)
+            mine = [S.clone_exact(t, "cuda") for t in inputs]
+            theirs = [S.clone_exact(t, "cuda") for t in inputs]
+            with torch.no_grad():
+                ref = eager(*theirs)
+            got = loaded(*mine)
+            torch.cuda.synchronize()
+            S.relative_errors(got, ref)
+            S.relative_errors(tuple(mine), tuple(theirs))  # in-place updates, as in eager

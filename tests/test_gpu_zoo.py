@@ -1,0 +1,61 @@
+"""The zoo of real models on a GPU: every package matches eager on fresh inputs, in graph mode
+and op by op, with the package's weights in both (tolerances: zoo_support)."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from gpu_support import import_package
+from zoo_support import ZOO, as_float32, check, eager_model, fresh_inputs, package_name
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _full_fp32():
+    """Convolutions in true fp32 on both sides: cuDNN's default TF32 (``allow_tf32``) would
+    put eager itself ~1e-3 off (the package calls the same aten op, so it follows the flag)."""
+    previous = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32 = previous
+SEEDS = (101, 202)  # the build used seed 0
+
+
+# The zoo reaches the GPU machine in two transfers (64 MiB each): AOTCOMBO_ZOO names the models
+# whose packages came with this one (scripts/gpu_check.sh).
+CHECKED = tuple(os.environ["AOTCOMBO_ZOO"].split()) if os.environ.get("AOTCOMBO_ZOO") else ZOO
+
+
+@pytest.fixture(scope="module", params=CHECKED)
+def zoo(request):
+    name = request.param
+    package = import_package(package_name(name))
+    return name, package, eager_model(name, package)
+
+
+@pytest.mark.parametrize("graphs", [True, False], ids=["graph", "op_by_op"])
+def test_zoo_model_matches_eager(zoo, graphs):
+    name, package, eager = zoo
+    loaded = package.load("cuda", graphs=graphs)
+    report = []
+    for seed in SEEDS:
+        inputs = fresh_inputs(name, seed)
+        with torch.no_grad():
+            ref = eager(*inputs)
+            low = any(p.dtype in (torch.bfloat16, torch.float16) for p in eager.parameters())
+            reference = None
+            if low:
+                model32, inputs32 = as_float32(eager, inputs)
+                reference = model32(*inputs32)
+        got = loaded(*inputs)
+        rows = check(got, ref, reference)
+        report += [{"model": name, "graphs": graphs, "seed": seed, **row} for row in rows]
+    out = os.environ.get("OUT")
+    if out:
+        with open(os.path.join(out, "zoo_check.jsonl"), "a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in report)
+    bad = [r for r in report if not r["ok"]]
+    assert not bad, bad

@@ -1,0 +1,341 @@
+"""The model zoo (sample_models/zoo/) and the Inductor constructs it found.
+
+* Mixed-order reductions (one tensor reduced along both dims: Inductor fuses them
+  into one kernel leaving partial results in a workspace, then reduces those in
+  its wrapper as text) build and match eager under Triton's interpreter.
+* A build that Inductor fails names the op and the model's line, never an empty
+  "op named above".
+* Zoo models build and their interpreted programs match eager on fresh random
+  inputs: a fast subset here; the heavier ones are marked ``slow``.
+
+Tolerances: relative L2 error (||got - eager|| / ||eager||) <= 1e-4 for fp32
+outputs, 1e-2 for bf16/fp16 ones.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import torch
+from torch import nn
+from torch.utils import _pytree
+
+from aotcombo.builder import inductor as inductor_bridge
+from aotcombo.tools import interpret
+from aotcombo.errors import UnsupportedModelError
+from aotcombo.builder.pipeline import build_package
+from aotcombo.runtime.manifest import Dynamic
+
+ROOT = Path(__file__).resolve().parents[1]
+ZOO = ROOT / "sample_models" / "zoo"
+TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 1e-2, torch.float16: 1e-2}
+
+
+def relative_l2(got: torch.Tensor, ref: torch.Tensor) -> float:
+    got, ref = got.double(), ref.double()
+    return float((got - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def check(got, ref) -> list[float]:
+    """Every output leaf has eager's shape, dtype and values (within TOLERANCE);
+    returns the errors."""
+    got_leaves, got_spec = _pytree.tree_flatten(got)
+    ref_leaves, ref_spec = _pytree.tree_flatten(ref)
+    assert got_spec == ref_spec
+    errors = []
+    for g, r in zip(got_leaves, ref_leaves):
+        assert g.shape == r.shape and g.dtype == r.dtype, (g.shape, r.shape, g.dtype, r.dtype)
+        if not r.is_floating_point():
+            assert torch.equal(g, r)
+            continue
+        assert r.double().norm() > 0, "eager output is all zeros: the comparison would prove nothing"
+        err = relative_l2(g, r)
+        assert err <= TOLERANCE[r.dtype], err
+        errors.append(err)
+    return errors
+
+
+def mixed_order_kernels(result) -> list:
+    return [k for k in result.variants[0].plan.graph.kernels if k.rsplit_size]
+
+
+# --- the zoo ------------------------------------------------------------------------
+
+# model -> the library its file needs (None: torch only).
+NEEDS = {
+    "bert": "transformers", "gpt2": "transformers", "gpt2_block": "transformers", "llama": "transformers",
+    "qwen2": "transformers", "t5_encoder": "transformers", "whisper_encoder": "transformers",
+    "vit_tiny": "timm", "swin": "timm", "convnext": "timm",
+    "resnet50": "torchvision", "mobilenet_v3_small": "torchvision", "efficientnet_b0": "torchvision",
+    "unet_stage": None, "moe": None, "dlrm": None, "llama_block": None,
+}
+# Built and run under the interpreter in the default test run: about 15 s each on 2 cores.
+FAST = ("llama_block", "moe", "dlrm", "bert")
+WHEEL_BUDGET = 25 * 2**20  # bytes per wheel (sm_90 only); the whole zoo fits about 100 MB
+
+
+def test_every_zoo_file_is_listed():
+    assert sorted(p.stem for p in ZOO.glob("*.py")) == sorted(NEEDS)
+
+
+def load_zoo(name: str):
+    if NEEDS[name]:
+        pytest.importorskip(NEEDS[name])
+    spec = importlib.util.spec_from_file_location(f"zoo_{name}", ZOO / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", sorted(NEEDS))
+def test_zoo_file_format(name):
+    """get_model(): an eval-mode module on the CPU, the same weights every call;
+    get_example_inputs(): a tuple of CPU tensors, other values for another seed."""
+    module = load_zoo(name)
+    model, again = module.get_model(), module.get_model()
+    assert isinstance(model, nn.Module) and not model.training
+    state, state_again = model.state_dict(), again.state_dict()
+    assert all(t.device.type == "cpu" and torch.equal(t, state_again[k]) for k, t in state.items())
+    inputs = module.get_example_inputs()
+    assert isinstance(inputs, tuple) and all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in inputs)
+    other = module.get_example_inputs(seed=1)
+    assert any(not torch.equal(a, b) for a, b in zip(inputs, other))
+
+
+def _upcast(model):
+    import copy
+
+    return copy.deepcopy(model).float()
+
+
+def check_zoo_model(name: str, tmp_path) -> dict:
+    """Build ``name`` for sm_90 and run it under the interpreter on fresh inputs (seed 1;
+    the build traced seed 0's). fp32 models: rel. L2 to eager <= 1e-4. bf16/fp16 models:
+    the reference is the model in fp32 on the same inputs, and the package may be no
+    farther from it than 1.5x eager's own error in the low precision (or 1e-2)."""
+    module = load_zoo(name)
+    model = module.get_model()
+    result = build_package(model, module.get_example_inputs(), arch=["sm_90"], name=name, out=tmp_path / "dist",
+                           cache=tmp_path / "cache")
+    assert result.wheel.stat().st_size <= WHEEL_BUDGET
+    inputs = module.get_example_inputs(seed=1)
+    with torch.no_grad():
+        ref = model(*inputs)
+    got = interpret.run_variant(result, 0, [t.clone() for t in inputs])
+    low = {p.dtype for p in model.parameters()} & {torch.bfloat16, torch.float16}
+    if not low:
+        return {"errors": check(got, ref), "result": result}
+    with torch.no_grad():
+        exact = _upcast(model)(*[t.float() if t.is_floating_point() else t for t in inputs])
+    errors = []
+    for g, r, e in zip(_pytree.tree_leaves(got), _pytree.tree_leaves(ref), _pytree.tree_leaves(exact)):
+        assert g.shape == r.shape and g.dtype == r.dtype
+        if not r.is_floating_point():
+            assert torch.equal(g, r)
+            continue
+        eager_error = relative_l2(r, e)
+        assert eager_error < 0.1, f"eager in {r.dtype} is {eager_error:.2e} off fp32: no meaningful reference"
+        err = relative_l2(g, e)
+        assert err <= max(1e-2, 1.5 * eager_error), (err, eager_error)
+        errors.append(err)
+    return {"errors": errors, "result": result}
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_zoo_model_matches_eager(name, tmp_path):
+    check_zoo_model(name, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(set(NEEDS) - set(FAST)))
+def test_zoo_model_matches_eager_slow(name, tmp_path):
+    check_zoo_model(name, tmp_path)
+
+
+# --- mixed-order reductions ---------------------------------------------------------
+
+
+class BothOrders(nn.Module):
+    """Each input reduced along both dims (sum/sum and prod/sum), as in PyTorch's
+    test_combo_kernels.py."""
+
+    def forward(self, a, b):
+        return a.sum(0), a.sum(1), b.prod(0), (b * 2).sum(1)
+
+
+def _both_orders_inputs(seed, dtype=torch.float32, rows=(512, 256), cols=(64, 32)):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(rows[0], cols[0], generator=g).to(dtype)
+    b = (1 + 0.01 * torch.randn(rows[1], cols[1], generator=g)).to(dtype)  # a product of 256 values stays finite
+    return a, b
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_mixed_order_reduction_matches_eager(dtype, tmp_path):
+    """Small tensors (Inductor's size thresholds lifted with its non-strict mode) so
+    the interpreter is fast; bf16 also checks the final cast the wrapper adds."""
+    from torch._inductor import config
+
+    model = BothOrders()
+    with config.patch({"triton.mix_order_reduction_non_strict_mode": True}):
+        result = build_package(model, _both_orders_inputs(0, dtype), arch=["sm_90"], out=tmp_path, cache=False)
+    assert len(mixed_order_kernels(result)) == 2  # a sum/sum and a prod/sum pair
+    program = result.variants[0].program
+    assert "aten.sum.dim_IntList(" in program and "aten.prod.dim_int(" in program
+    inputs = _both_orders_inputs(1, dtype)
+    # The kernel accumulates in fp32, as Inductor does; eager's bf16 prod of 256 values
+    # rounds at every step (10% off the exact product), so the reference is eager in fp32
+    # on the same bf16 inputs, rounded to the output dtype.
+    ref = [r.to(dtype) for r in model(*[x.float() for x in inputs])]
+    check(list(interpret.run_variant(result, 0, list(inputs))), ref)
+
+
+def _pytorch_case():
+    """PyTorch's own case: an 8192x1024 fp32 tensor summed along both dims."""
+
+    class Sums(nn.Module):
+        def forward(self, a):
+            return a.sum(0), a.sum(1)
+
+    return Sums(), lambda seed: (torch.randn(8192, 1024, generator=torch.Generator().manual_seed(seed)),)
+
+
+def test_mixed_order_reduction_builds_at_default_thresholds(tmp_path):
+    model, inputs = _pytorch_case()
+    result = build_package(model, inputs(0), arch=["sm_90"], out=tmp_path, cache=False)
+    [kernel] = mixed_order_kernels(result)
+    assert result.summary()["launches_per_forward"] == 2  # the fused kernel, then the sum of its partials
+    # The workspace holds one partial row per split: its size follows RSPLIT_SIZE.
+    splits = -(-8192 // kernel.rsplit_size)
+    assert f"empty_strided(({splits * 1024},)" in result.variants[0].program
+
+
+@pytest.mark.slow
+def test_mixed_order_reduction_at_default_thresholds_matches_eager(tmp_path):
+    model, inputs = _pytorch_case()
+    result = build_package(model, inputs(0), arch=["sm_90"], out=tmp_path, cache=False)
+    assert mixed_order_kernels(result)
+    x = inputs(1)
+    check(interpret.run_variant(result, 0, list(x)), model(*x))
+
+
+def test_mixed_order_reduction_with_a_dynamic_batch_reduces_each_order_apart(tmp_path):
+    """A split fixed at build time cannot follow a run-time batch: Inductor's mixed-order
+    fusion is off for --dynamic builds, and the build still succeeds."""
+    model, inputs = _pytorch_case()
+    result = build_package(model, inputs(0), arch=["sm_90"], out=tmp_path, cache=False, shapes=Dynamic(4096, 16384))
+    assert not mixed_order_kernels(result)
+    assert "workspace" not in result.variants[0].program
+
+
+# --- build errors name the op and the line -----------------------------------------
+
+
+class SinModel(nn.Module):
+    def forward(self, x):
+        y = x * 2
+        return torch.sin(y) + 1  # the line the error must name
+
+
+def test_inductor_lowering_failure_names_the_op_and_the_line(tmp_path):
+    import torch._inductor.lowering as lowering
+
+    def broken(*args, **kwargs):
+        raise NotImplementedError("\n   ")  # an empty message, as some Inductor errors have
+
+    with mock.patch.dict(lowering.lowerings, {torch.ops.aten.sin.default: broken}):
+        with pytest.raises(UnsupportedModelError) as info:
+            build_package(SinModel(), (torch.randn(8),), arch=["sm_90"], out=tmp_path / "out", cache=False)
+    message = str(info.value)
+    assert "aten.sin.default" in message
+    assert "test_zoo.py:" in message and "torch.sin(y)" in message
+    assert "named above" not in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_wrapper_text_line_is_named():
+    """A text line the FX converter cannot read fails with the line itself, not with
+    Inductor's NotImplementedError."""
+    with pytest.raises(UnsupportedModelError) as info:
+        inductor_bridge._structured_lines(["buf3 = some_new_wrapper_step(buf1)"])
+    assert "`buf3 = some_new_wrapper_step(buf1)`" in str(info.value)
+
+
+def test_error_summary_is_never_empty():
+    wrapped = NotImplementedError("\nFound line of unrecognized type '<class 'str'>':\n    'x = y'\n")
+    assert inductor_bridge._summary(wrapped) == "NotImplementedError: Found line of unrecognized type '<class 'str'>':"
+    assert inductor_bridge._summary(RuntimeError("")) == "RuntimeError: (no message)"
+    assert inductor_bridge._summary(RuntimeError("NotImplementedError: ")) == "RuntimeError: NotImplementedError:"
+
+
+# --- attention through the public API (runtime/ops.py), in the traced layout --------------
+
+
+class ContiguousHeads(nn.Module):
+    """q, k, v made contiguous per head (as transformers' Whisper does), attention, and the
+    heads merged back: Inductor reads the attention's result as [batch, seq, heads * dim]
+    memory directly, the layout CUDA's memory-efficient kernel returns."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(64, 192)
+        self.out = nn.Linear(64, 64)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = (z.view(b, t, 4, 16).transpose(1, 2).contiguous() for z in self.qkv(x).split(d, -1))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.out(y.transpose(1, 2).contiguous().reshape(b, t, d))
+
+
+def test_attention_output_has_the_fused_kernels_layout(tmp_path):
+    torch.manual_seed(0)
+    model = ContiguousHeads().eval()
+    g = torch.Generator().manual_seed(0)
+    result = build_package(model, (torch.randn(2, 32, 64, generator=g),), arch=["sm_90"], out=tmp_path, cache=False)
+    program = result.variants[0].program
+    assert "attention(" in program and "backend='efficient', layout='bmhk'" in program and "_scaled_dot" not in program
+    x = torch.randn(2, 32, 64, generator=g)
+    with torch.no_grad():
+        check(interpret.run_variant(result, 0, [x]), model(x))
+
+
+class AdditiveMask(nn.Module):
+    """bf16 attention with an additive float mask in the model's dtype (transformers 4.x
+    builds such masks from padding)."""
+
+    def forward(self, q, k, v, mask):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def test_attention_takes_a_low_precision_additive_mask(tmp_path):
+    g = torch.Generator().manual_seed(0)
+
+    def inputs():
+        q, k, v = (torch.randn(2, 4, 32, 16, generator=g).to(torch.bfloat16) for _ in range(3))
+        mask = torch.zeros(2, 1, 32, 32)
+        mask[1, :, :, 24:] = torch.finfo(torch.bfloat16).min  # the second sequence is padded
+        return q, k, v, mask.to(torch.bfloat16)
+
+    model = AdditiveMask()
+    result = build_package(model, inputs(), arch=["sm_90"], out=tmp_path, cache=False)
+    program = result.variants[0].program
+    assert "attention(" in program and "_scaled_dot" not in program
+    x = inputs()
+    ref = model(*[t.float() for t in x]).to(torch.bfloat16)  # fp32 attention, as the kernels compute it
+    check(interpret.run_variant(result, 0, list(x)), ref)
+
+
+class AttentionDropout(nn.Module):
+    def forward(self, q):
+        return torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.1)  # the line to name
+
+
+def test_attention_dropout_error_names_the_line(tmp_path):
+    with pytest.raises(UnsupportedModelError) as info:
+        build_package(AttentionDropout(), (torch.randn(1, 2, 8, 8),), arch=["sm_90"], out=tmp_path / "out", cache=False)
+    message = str(info.value)
+    assert "dropout_p" in message and "test_zoo.py:" in message and "dropout_p=0.1)" in message

@@ -1,0 +1,106 @@
+"""The zoo on a GPU: the eager reference with the package's own weights, fresh inputs, tolerances.
+
+A zoo package is ``zoo_<model>``, built from ``sample_models/zoo/<model>.py`` (see
+``scripts/build_zoo.py``). The reference is that file's model built on the GPU machine
+(its library version may differ from the build's) with the *package's* weights loaded by
+name, so both sides compute with the same numbers. Inputs come from the file's
+``get_example_inputs(seed=...)`` with seeds the build never used.
+
+Tolerances (relative L2 over each output): fp32 1e-4; integer outputs exact; bf16/fp16
+1e-2, or, for deep models where eager drifts, 2x eager's own error; both low-precision
+errors are measured against eager run in fp32.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+from pathlib import Path
+
+import torch
+from torch.utils import _pytree
+
+ROOT = Path(__file__).resolve().parents[1]
+ZOO_DIR = ROOT / "sample_models" / "zoo"
+ZOO = tuple(sorted(p.stem for p in ZOO_DIR.glob("*.py") if not p.stem.startswith("_")))
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def package_name(model: str) -> str:
+    return f"zoo_{model}"
+
+
+def model_file(model: str):
+    spec = importlib.util.spec_from_file_location(f"zoo_file_{model}", ZOO_DIR / f"{model}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def package_weights(package) -> dict[str, torch.Tensor]:
+    """The package's weights by the model's names, on the CPU."""
+    m = package.manifest
+    tensors = torch.load(os.path.join(os.path.dirname(package.__file__), m.weights.file), weights_only=True)
+    return {t.name: value for t, value in zip(m.weights.tensors, tensors)}
+
+
+def eager_model(model: str, package, device="cuda") -> torch.nn.Module:
+    """The file's model with the package's weights (names the model does not hold, such as
+    constants the trace lifted out of forward, are left to the model)."""
+    eager = model_file(model).get_model().eval()
+    own = dict(eager.named_parameters()) | dict(eager.named_buffers())
+    with torch.no_grad():
+        for name, value in package_weights(package).items():
+            if name in own:
+                if own[name].shape != value.shape:
+                    raise AssertionError(f"{model}: weight {name} is {tuple(value.shape)} in the package, "
+                                         f"{tuple(own[name].shape)} in the model")
+                own[name].copy_(value)
+    return eager.to(device)
+
+
+def fresh_inputs(model: str, seed: int, device="cuda") -> tuple:
+    return tuple(t.to(device) for t in model_file(model).get_example_inputs(seed=seed))
+
+
+def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
+    got, ref = got.double(), ref.double()
+    return float((got - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def leaves(tree) -> list[torch.Tensor]:
+    return [t for t in _pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)]
+
+
+def as_float32(model: torch.nn.Module, inputs: tuple):
+    """A float32 copy of a low-precision model and its floating inputs: the reference."""
+    return copy.deepcopy(model).float(), tuple(t.float() if t.is_floating_point() else t for t in inputs)
+
+
+def check(got, eager, reference=None) -> list[dict]:
+    """Per output: the package's error and the verdict. ``reference``: eager in fp32, for
+    low-precision models (then eager's own error against it is the yardstick too)."""
+    rows = []
+    for i, (g, e) in enumerate(zip(leaves(got), leaves(eager), strict=True)):
+        row = {"output": i, "dtype": str(g.dtype).removeprefix("torch."), "shape": list(g.shape)}
+        if g.shape != e.shape or g.dtype != e.dtype:
+            rows.append({**row, "ok": False, "why": f"shape/dtype {tuple(g.shape)}/{g.dtype} vs {tuple(e.shape)}/{e.dtype}"})
+            continue
+        if not g.is_floating_point():
+            rows.append({**row, "ok": bool(torch.equal(g, e)), "error": 0.0 if torch.equal(g, e) else 1.0,
+                         "tolerance": 0.0})
+            continue
+        if torch.isnan(g).any() and not torch.isnan(e).any():
+            rows.append({**row, "ok": False, "why": "NaN in the package's output"})
+            continue
+        if g.dtype in LOW_PRECISION and reference is not None:
+            r = leaves(reference)[i]
+            error, eager_error = relative_error(g, r), relative_error(e, r)
+            tolerance = max(1e-2, 2 * eager_error)
+            rows.append({**row, "error": error, "eager_error": eager_error, "tolerance": tolerance,
+                         "ok": error <= tolerance})
+        else:
+            error = relative_error(g, e)
+            rows.append({**row, "error": error, "tolerance": 1e-4, "ok": error <= 1e-4})
+    return rows
