@@ -107,8 +107,8 @@ def reads_writes(op, graph: g.Graph) -> tuple[list[str], list[str]]:
     if isinstance(op, g.Extern):
         refs = g.refs_in(op.args) + g.refs_in([v for _, v in op.kwargs])
         return refs, list(op.writes) + ([op.out] if op.out else [])
-    if isinstance(op, g.View):
-        return [op.base], [op.out]
+    if isinstance(op, g.View):  # an alias of its base's storage: it touches no data
+        return [], []
     if isinstance(op, g.GetItem):
         return [op.base], [op.out]
     if isinstance(op, g.Alloc):
@@ -131,30 +131,93 @@ def storage_roots(graph: g.Graph) -> dict[str, str]:
     return root
 
 
+@dataclass(frozen=True)
+class Footprint:
+    """Where a view's elements lie in its storage: the bytes ``[start, end)``, and, when every
+    stride but a unit one is a multiple of ``pitch`` bytes, the bytes ``[first, last)`` of each
+    pitch-long row it touches (a column block of a ``torch.cat`` buffer); else ``pitch`` 0."""
+
+    start: int
+    end: int
+    pitch: int = 0
+    first: int = 0
+    last: int = 0
+
+    def overlaps(self, other: Footprint) -> bool:
+        if self.end <= other.start or other.end <= self.start:
+            return False
+        if self.pitch and self.pitch == other.pitch:
+            return self.first < other.last and other.first < self.last
+        return True
+
+
+def footprints(graph: g.Graph) -> dict[str, Footprint]:
+    """The footprint of each view whose shape, strides and offset are numbers (a dynamic
+    batch's are not: such a view covers its whole storage)."""
+    found = {}
+    for op in graph.ops:
+        if not isinstance(op, g.View):
+            continue
+        spec = op.spec
+        size = _ITEMSIZE.get(spec.dtype)
+        if size is None or not all(isinstance(n, int) for n in (*spec.shape, *spec.stride, spec.storage_offset)):
+            continue
+        if any(n == 0 for n in spec.shape):
+            found[op.out] = Footprint(0, 0)
+            continue
+        start = spec.storage_offset * size
+        end = start + (sum((n - 1) * st for n, st in zip(spec.shape, spec.stride)) + 1) * size
+        rows = [st for n, st in zip(spec.shape, spec.stride) if n > 1 and st != 1]
+        inner = [n for n, st in zip(spec.shape, spec.stride) if n > 1 and st == 1]
+        pitch = min(rows) if rows else 0
+        if pitch and len(inner) <= 1 and all(st % pitch == 0 for st in rows):
+            width = inner[0] if inner else 1
+            first = spec.storage_offset % pitch
+            if first + width <= pitch:
+                found[op.out] = Footprint(start, end, pitch * size, first * size, (first + width) * size)
+                continue
+        found[op.out] = Footprint(start, end)
+    return found
+
+
+_ITEMSIZE = {"float64": 8, "int64": 8, "complex64": 8, "float32": 4, "int32": 4, "uint32": 4, "bfloat16": 2,
+             "float16": 2, "int16": 2, "uint16": 2, "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1,
+             "float8_e5m2": 1}
+
+
 def dependencies(graph: g.Graph) -> list[set[int]]:
-    """For each op, the indices of the ops it must follow (RAW, WAR, WAW on storage)."""
-    root = storage_roots(graph)
-    last_writer: dict[str, int] = {}
-    readers: dict[str, list[int]] = defaultdict(list)
+    """For each op, the indices of the ops it must follow (RAW, WAR, WAW on storage). Two
+    accesses through views of one storage whose bytes do not overlap (the slices of a
+    ``torch.cat`` or ``stack`` buffer each kernel writes) do not order each other."""
+    root, ranges = storage_roots(graph), footprints(graph)
+    writers: dict[str, list] = defaultdict(list)  # root -> [(Footprint, or None: all of it; op index)]
+    readers: dict[str, list] = defaultdict(list)
     deps: list[set[int]] = []
+
+    def overlapping(accesses, span):
+        return [i for other, i in accesses if span is None or other is None or span.overlaps(other)]
+
+    defined: dict[str, int] = {}  # name -> the op that makes it (an allocation, view, extern output)
     for i, op in enumerate(graph.ops):
         reads, writes = reads_writes(op, graph)
-        mine: set[int] = set()
+        used = [op.base] if isinstance(op, (g.View, g.GetItem)) else reads + writes
+        mine: set[int] = {defined[name] for name in used if name in defined}
         for name in reads:
-            r = root.get(name, name)
-            if r in last_writer:
-                mine.add(last_writer[r])
+            mine.update(overlapping(writers[root.get(name, name)], ranges.get(name)))
         for name in writes:
-            r = root.get(name, name)
-            if r in last_writer:
-                mine.add(last_writer[r])
-            mine.update(readers[r])
+            r, span = root.get(name, name), ranges.get(name)
+            mine.update(overlapping(writers[r], span))
+            mine.update(overlapping(readers[r], span))
         for name in reads:
-            readers[root.get(name, name)].append(i)
+            readers[root.get(name, name)].append((ranges.get(name), i))
         for name in writes:
-            r = root.get(name, name)
-            last_writer[r] = i
-            readers[r] = []
+            r, span = root.get(name, name), ranges.get(name)
+            if span is None:  # the whole storage: it orders everything after it
+                writers[r], readers[r] = [], []
+            writers[r].append((span, i))
+        out = getattr(op, "out", None)
+        if out is not None:
+            defined[out] = i
         mine.discard(i)
         deps.append(mine)
     return deps
