@@ -11,13 +11,14 @@
 #   AOTCOMBO_ZOO="bert gpt2 ..."  the zoo models to check (default: all of sample_models/zoo)
 #   AOTCOMBO_GPU_MEASURE=0  skip the measurements (launch overhead, batch sizes, cold start)
 #   AOTCOMBO_ZOO_BENCH=1    also time the zoo (benchmarks/zoo_bench.py) against eager and reduce-overhead
+#   AOTCOMBO_LLM_BENCH=1    also time the LLM decode sample (benchmarks/llm_bench.py; .carry/llm)
 #   AOTCOMBO_MEMCHECK=1     also run compute-sanitizer memcheck on one call of each sample
 #
 # From the build machine, with the device tool (64 MiB travel per call: the zoo goes in two):
 #   run(command="bash scripts/gpu_check.sh", carry=[".carry/wheels", ".carry/combo", ".carry/zoo1"])
 set -uo pipefail
 cd "$(dirname "$0")/.."
-if [ $# -gt 0 ]; then DIRS=("$@"); else DIRS=(); for d in .carry/wheels .carry/combo .carry/zoo*; do [ -d "$d" ] && DIRS+=("$d"); done; fi
+if [ $# -gt 0 ]; then DIRS=("$@"); else DIRS=(); for d in .carry/wheels .carry/combo .carry/zoo* .carry/llm; do [ -d "$d" ] && DIRS+=("$d"); done; fi
 OUT="${OUT:-/tmp/aotcombo-gpu-out}"
 mkdir -p "$OUT"
 SITE="$(mktemp -d)"
@@ -59,6 +60,10 @@ fi
 if [ "${AOTCOMBO_ZOO_BENCH:-0}" = 1 ]; then
   echo "== zoo benchmark: eager, reduce-overhead, ours default and static"
   PYTHONPATH="$SITE:$PWD:$PWD/tests" PYTHONUNBUFFERED=1 $PY benchmarks/zoo_bench.py ${AOTCOMBO_ZOO:-} --out "$OUT" 2>&1 | tee "$OUT/zoo_bench.log"
+fi
+if [ "${AOTCOMBO_LLM_BENCH:-0}" = 1 ]; then
+  echo "== LLM decode: per-token latency and bandwidth"
+  PYTHONPATH="$SITE:$PWD:$PWD/tests" PYTHONUNBUFFERED=1 $PY benchmarks/llm_bench.py --out "$OUT" 2>&1 | tee "$OUT/llm_bench.log"
 fi
 if [ "${AOTCOMBO_MEMCHECK:-0}" = 1 ]; then
   echo "== compute-sanitizer memcheck, one call per sample package"

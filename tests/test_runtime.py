@@ -21,6 +21,7 @@ from aotcombo.runtime.graphs import GraphModel, StreamOrder, copy_into, flatten,
 from aotcombo.runtime.inputs import check_inputs, make_guard
 from aotcombo.runtime.loader import Loaded, Model, Package, check_options, choose_variant
 from aotcombo.runtime.manifest import Dynamic
+from aotcombo.runtime.state import State
 
 import manifests
 
@@ -190,8 +191,10 @@ def test_load_modes(tmp_path, monkeypatch):
     (tmp_path / "manifest.json").write_text(STATIC.to_json())
     loads, captures = [], []
     specs = [package.InputSpec.of(i) for i in STATIC.inputs]
-    loaded = Loaded("m", "sm_90", torch.device("cuda", 0), 1, None, [], [], specs)
+    loaded = Loaded("m", "sm_90", torch.device("cuda", 0), 1, None, [], specs)
     monkeypatch.setattr(package, "_device_index", lambda device: 0)
+    monkeypatch.setattr(Package, "_device", lambda self, index: package._Device(torch.device("cuda", 0), "sm_90", 1,
+                                                                               {}, {}))
     monkeypatch.setattr(Package, "_load", lambda self, index, bucket: loads.append(index) or loaded)
 
     def capture(model, copy_outputs):
@@ -571,8 +574,8 @@ def _fake_model(check=False):
 
     kernel = cuda.Kernel(0x3007, (1, 1, 1), 1, 0, ["ptr", "ptr"], device="cpu")
     specs = manifests.specs({"name": "x", "shape": [2], "stride": [1], "dtype": "float32", "align": 16})
-    loaded = Loaded("m", "sm_90", torch.device("cuda", 1), 0x1001, forward, [kernel], [torch.ones(2)], specs)
-    return Model(loaded, check)
+    loaded = Loaded("m", "sm_90", torch.device("cuda", 1), 0x1001, forward, [kernel], specs)
+    return Model(loaded, [torch.ones(2)], State({}, {}), check)
 
 
 def test_fake_model_run(fake, monkeypatch):

@@ -183,6 +183,9 @@ class Graph:
     # (input name, output index): the model updates that input in place; the
     # output holds its new value and the program copies it back.
     mutations: tuple[tuple[str, int], ...] = ()
+    # Buffers (weight keys) the program updates in place: the package's state, which each
+    # loaded model holds its own copy of.
+    state: tuple[str, ...] = ()
     # A dynamic batch (its range and batched user inputs); None: static shapes.
     dynamic: Dynamic | None = None
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import operator
 import re
 import types
@@ -305,8 +306,74 @@ def _export(module, example_inputs, fake_mode, arch, dynamic: Dynamic | None = N
             for i in dynamic.batched_inputs:
                 shapes[fake_inputs[i]] = {0: batch}
             dynamic_shapes = shapes.dynamic_shapes(fake_module, fake_inputs)
+        changed = _watch_python_state(fake_module)
         with torch.no_grad(), mock.patch.object(torch.nn.functional, "scaled_dot_product_attention", _attention_for(arch)):
-            return torch.export.export(fake_module, fake_inputs, dynamic_shapes=dynamic_shapes, strict=False)
+            ep = torch.export.export(fake_module, fake_inputs, dynamic_shapes=dynamic_shapes, strict=False)
+    if changed:
+        raise changed[0]
+    return ep
+
+
+def _loose_tensors(module: torch.nn.Module) -> list[str]:
+    """Tensor attributes that are neither parameters nor buffers (export lifts them as constants)."""
+    return [f"{path}.{key}" if path else key for path, mod in module.named_modules()
+            for key, value in vars(mod).items() if isinstance(value, torch.Tensor)]
+
+
+def _watch_python_state(module: torch.nn.Module) -> list:
+    """Have ``module``'s forward note, as it is traced, a Python attribute it changed (export
+    puts them back after): returns the list the error lands in."""
+    forward, changed = module.forward, []
+
+    def watched(*args, **kwargs):
+        before = _python_state(module)
+        out = forward(*args, **kwargs)
+        try:
+            _reject_python_state_changes(module, before)
+        except UnsupportedModelError as exc:
+            changed.append(exc)
+        return out
+
+    module.forward = functools.wraps(forward)(watched)
+    return changed
+
+
+def _python_state(module: torch.nn.Module) -> dict:
+    """The plain Python values (numbers, strings) a model's modules hold as attributes."""
+    return {(path, key): value for path, mod in module.named_modules() for key, value in vars(mod).items()
+            if not key.startswith("_") and isinstance(value, (bool, int, float, str))}
+
+
+def _reject_python_state_changes(module: torch.nn.Module, before: dict) -> None:
+    """A forward that changes a Python attribute (a step counter) would be replayed with the
+    value it had when traced, every call: a build error naming it and the line."""
+    for (path, key), value in _python_state(module).items():
+        if (path, key) in before and before[path, key] != value:
+            mod = module.get_submodule(path)
+            name = f"{path}.{key}" if path else key
+            raise UnsupportedModelError(
+                f"forward changes the Python attribute {name} ({before[path, key]!r} -> {value!r})"
+                f"{_assignment_where(type(mod), key)}: a package replays one trace, in which it keeps the value it had "
+                "when traced",
+                fix=f"keep {key} in a registered buffer (self.register_buffer) updated with tensor ops, or pass it "
+                "in as an input (as input_pos is in an LLM decode step)",
+            )
+
+
+def _assignment_where(cls: type, key: str) -> str:
+    """`` at model.py:12 (`self.step += 1`)``: the first line of ``cls.forward`` assigning ``self.key``."""
+    import inspect
+
+    try:
+        lines, first = inspect.getsourcelines(cls.forward)
+        filename = inspect.getsourcefile(cls.forward) or "?"
+    except (OSError, TypeError):
+        return ""
+    pattern = re.compile(rf"\bself\.{re.escape(key)}\s*([-+*/%|&^]|//|\*\*|<<|>>)?=(?!=)")
+    for offset, line in enumerate(lines):
+        if pattern.search(line):
+            return f" at {filename.rsplit('/', 1)[-1]}:{first + offset} (`{line.strip()}`)"
+    return ""
 
 
 # --- capture ------------------------------------------------------------------
@@ -908,21 +975,20 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor
         except UnsupportedModelError as exc:  # ours, raised while tracing (attention): add the model's line
             raise _located(exc, where(exc)) from None
         except Exception as exc:  # noqa: BLE001 - every export failure is the model's
+            loose = _loose_tensors(module)
             raise UnsupportedModelError(
                 f"torch.export cannot trace the model{where(exc)}: {_summary(exc)}",
                 fix="aotcombo needs a model torch.export can capture whole: no data-dependent Python control "
-                "flow, no .item()/.tolist() host syncs, only ops with CUDA and fake-tensor kernels",
+                "flow, no .item()/.tolist() host syncs, only ops with CUDA and fake-tensor kernels"
+                + (f"; the model holds tensors that are not registered buffers ({', '.join(loose[:5])}): if "
+                   "forward updates one, register it with self.register_buffer" if loose else ""),
             ) from exc
         _reject_data_dependent_shapes(ep)
         # Functional ATen: in-place updates of inputs become extra outputs.
         ep = ep.run_decompositions({})
         signature = ep.graph_signature
-        buffers = [s for s in signature.output_specs if s.kind not in (OutputKind.USER_OUTPUT, OutputKind.USER_INPUT_MUTATION)]
-        if buffers:
-            raise UnsupportedModelError(
-                f"the model updates its buffers or parameters in forward ({', '.join(str(s.target) for s in buffers)})",
-                fix="inference packages hold fixed weights: compute the new value and return it instead",
-            )
+        _scatter_into_whole_buffers(ep)
+        state = _write_state_in_place(ep)
         input_meta = []
         user_index = 0
         for spec in signature.input_specs:
@@ -948,7 +1014,7 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor
             for i, s in enumerate(signature.output_specs)
             if s.kind == OutputKind.USER_INPUT_MUTATION
         )
-        graph = g.replace(graph, mutations=mutations, dynamic=dynamic)
+        graph = g.replace(graph, mutations=mutations, dynamic=dynamic, state=state)
 
     weights = {key: _real_tensor(module, key, ep.constants) for kind, key in input_meta if kind == "weight"}
     return graph, weights, output_structure(ep.call_spec.out_spec)
@@ -1001,6 +1067,101 @@ def _located(exc: UnsupportedModelError, where: str) -> UnsupportedModelError:
     located = type(exc)(f"{exc.message}{where}", exc.fix)
     located.detail = exc.detail
     return located
+
+
+def _scatter_into_whole_buffers(ep) -> None:
+    """Rewrite an update of the first rows of a buffer as an update of the whole buffer.
+
+    ``cache[:b].index_copy_(2, pos, k)`` or ``cache[:b, :, pos] = k`` (a KV cache with room
+    for more sequences than this batch) is, in the functional graph,
+    ``slice_scatter(cache, index_copy(cache[:b], 2, pos, k), 0, 0, b)``, which Inductor
+    computes as a copy of ``cache[:b]``, the scatter, and a copy back. The same update is
+    ``index_put(cache, [arange(b)[:, None, None], arange(h)[None, :, None], pos[None, None, :]], k)``,
+    which Inductor writes in place, one small scatter kernel: that is what this pass makes."""
+    aten = torch.ops.aten
+    graph = ep.graph
+    buffers = {s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "BUFFER"}
+    for scatter in list(graph.nodes):
+        if scatter.target is not aten.slice_scatter.default or scatter.kwargs:
+            continue
+        base, update, *rest = scatter.args
+        if base.op != "placeholder" or base.name not in buffers or tuple(rest[:2]) != (0, 0) or rest[3:] not in ([], [1]):
+            continue
+        end = rest[2] if len(rest) > 2 else None
+        if update.target is aten.index_copy.default:
+            rows, dim, index, values = update.args
+            accumulate = False
+        elif update.target is aten.index_put.default:
+            rows, indices, values, *flags = update.args
+            accumulate = bool(flags and flags[0])
+            dim = len(indices) - 1
+            if dim < 0 or any(i is not None for i in indices[:-1]) or indices[-1] is None:
+                continue
+            index = indices[-1]
+        else:
+            continue
+        if (rows.target is not aten.slice.Tensor or rows.args[:3] != (base, 0, 0) or rows.args[3:] not in ([end], (end,))
+                or len(update.users) != 1 or len(rows.users) != 1 or index.meta["val"].dim() != 1):
+            continue
+        sizes, device = base.meta["val"].shape, base.meta["val"].device
+        with graph.inserting_before(scatter):
+            whole = []
+            for d in range(dim + 1):
+                if d == dim:
+                    axis = index
+                else:
+                    axis = graph.call_function(aten.arange.default, (end if d == 0 else sizes[d],),
+                                               {"dtype": torch.int64, "device": device})
+                whole.append(graph.call_function(aten.view.default,
+                                                 (axis, [-1 if e == d else 1 for e in range(dim + 1)])))
+            written = graph.call_function(aten.index_put.default, (base, whole, values, accumulate))
+        written.meta.update(scatter.meta)
+        scatter.replace_all_uses_with(written)
+        for node in (scatter, update, rows):
+            graph.erase_node(node)
+    graph.lint()
+    ep.graph_module.recompile()
+
+
+def _write_state_in_place(ep) -> tuple[str, ...]:
+    """Buffers that forward updates (a KV cache's ``index_copy_``) become the package's state:
+    their new values, which the functional graph returns as extra outputs, are copied into
+    the buffers at the end of the graph instead (``aten.copy_``), so that Inductor, as for
+    ``torch.compile``'s inference graphs, writes them in place (a scatter into the cache,
+    not a new cache and a copy). Returns the buffers' names. A model that writes a
+    parameter, or a buffer through an update that cannot be replayed, fails the build
+    naming it and the line."""
+    from torch.export.graph_signature import OutputKind
+
+    signature, graph = ep.graph_signature, ep.graph
+    output = next(n for n in graph.nodes if n.op == "output")
+    values = list(output.args[0])
+    placeholders = {n.name: n for n in graph.nodes if n.op == "placeholder"}
+    buffer_inputs = {s.target: s.arg.name for s in signature.input_specs if s.target is not None}
+    state, keep = [], []
+    for spec, value in zip(signature.output_specs, values):
+        if spec.kind == OutputKind.PARAMETER_MUTATION:
+            raise UnsupportedModelError(
+                f"the model writes its parameter {spec.target} in forward{_node_where(value)}",
+                fix="parameters are read-only in a package: register the tensor as a buffer "
+                "(self.register_buffer) if forward must update it, or return the new value",
+            )
+        if spec.kind == OutputKind.BUFFER_MUTATION:
+            placeholder = placeholders[buffer_inputs[spec.target]]
+            with graph.inserting_before(output):
+                graph.call_function(torch.ops.aten.copy_.default, (placeholder, value))
+            state.append(spec.target)
+            continue
+        if spec.kind not in (OutputKind.USER_OUTPUT, OutputKind.USER_INPUT_MUTATION):
+            raise UnsupportedModelError(f"the model's output {spec.arg} is a {spec.kind.name}, which aotcombo "
+                                        "cannot package")
+        keep.append((spec, value))
+    if state:
+        output.args = (tuple(v for _, v in keep),)
+        signature.output_specs = [spec for spec, _ in keep]
+        graph.lint()
+        ep.graph_module.recompile()
+    return tuple(state)
 
 
 def _reject_data_dependent_shapes(ep) -> None:

@@ -123,15 +123,18 @@ def _specialization(batch: int | None, variants: list[Variant], files: _Files) -
 
 
 def assemble(name: str, version: str, archs, shapes: m.ShapeMode, variants: list[Variant],
-             weights: dict, weights_file: bytes) -> Contents:
+             weights: dict, weights_file: bytes | None, external=frozenset()) -> Contents:
     """The package's manifest and files (the runtime and ``__init__.py`` excepted: ``wheel``
-    adds those). ``weights``: the model's tensors by name, in program order."""
+    adds those). ``weights``: the model's tensors by name, in program order;
+    ``weights_file``: the ``torch.save`` of those not ``external`` (None: all are)."""
     files = _Files()
     by_batch: dict = {}
     for v in variants:
         by_batch.setdefault(v.batch, []).append(v)
     specializations = tuple(_specialization(b, by_batch[b], files) for b in sorted(by_batch, key=lambda b: b or 0))
-    files.files[WEIGHTS_FILE] = weights_file
+    if weights_file is not None:
+        files.files[WEIGHTS_FILE] = weights_file
+    state = variants[0].plan.graph.state
     versions = tool_versions()
     manifest = m.Manifest(
         name=name,
@@ -142,9 +145,12 @@ def assemble(name: str, version: str, archs, shapes: m.ShapeMode, variants: list
         ptx_arch=min(archs),
         shapes=shapes,
         specializations=specializations,
-        weights=m.Weights(file=WEIGHTS_FILE, tensors=tuple(
-            m.Tensor(name, str(t.dtype).removeprefix("torch."), tuple(t.shape)) for name, t in weights.items()),
-            file_bytes=len(weights_file), sha256=hashlib.sha256(weights_file).hexdigest()),
+        weights=m.Weights(
+            file=WEIGHTS_FILE if weights_file is not None else None,
+            tensors=tuple(m.Tensor(name, str(t.dtype).removeprefix("torch."), tuple(t.shape), name in external)
+                          for name, t in weights.items()),
+            file_bytes=len(weights_file or b""), sha256=hashlib.sha256(weights_file or b"").hexdigest(),
+            state=tuple(name for name in weights if name in state)),
         extern_ops=tuple(sorted({op.op for v in variants for op in v.plan.ops if isinstance(op, g.Extern)})),
     )
     return Contents(manifest, files.files, files.shared)

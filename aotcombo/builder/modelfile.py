@@ -89,6 +89,19 @@ def batch_inputs_function(path: str | Path, inputs_fn: str = "get_example_inputs
     return make
 
 
+@contextlib.contextmanager
+def buffers_kept(model: nn.Module):
+    """Run the model without a trace left: the buffers forward updates (a KV cache) are put
+    back after, so the package starts from the values the model was given."""
+    saved = [(b, b.detach().clone()) for b in model.buffers()]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buffer, value in saved:
+                buffer.copy_(value)
+
+
 def run_eager(model: nn.Module, inputs: tuple[torch.Tensor, ...], path: str | Path | None = None) -> Any:
     """Run ``model(*inputs)`` under ``torch.no_grad()``; return its outputs.
 
@@ -98,7 +111,7 @@ def run_eager(model: nn.Module, inputs: tuple[torch.Tensor, ...], path: str | Pa
     if path is None:
         path = _source_file_of(model)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), buffers_kept(model):
             return model(*inputs)
     except Exception as exc:
         where = _where(exc, Path(path)) if path is not None else ""

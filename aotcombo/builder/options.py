@@ -20,6 +20,7 @@ from ..runtime.manifest import Buckets, Dynamic, ShapeMode, Static
 DEFAULT_ARCHS = ("sm_80", "sm_90")
 SUPPORTED_ARCHS = (75, 80, 86, 87, 89, 90, 100, 103, 120)  # what Triton's NVIDIA backend targets
 DISPATCHES = ("sequential", "round_robin", "auto")
+WEIGHTS = ("packaged", "external")  # where a package's weights come from
 MAX_BATCH = 1 << 16
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -35,19 +36,22 @@ class BuildOptions:
     cache: object = True  # True: the default cache folder; False: none; a path: that folder
     jobs: int | None = None  # kernels compiled at once (None: the CPUs available)
     native: bool | None = None  # the C launcher: None (if a compiler is here), True, False
+    weights: str = "packaged"  # "packaged" in the wheel, or "external": given to load(weights=...)
 
     @classmethod
     def checked(cls, *, arch: Sequence[str | int] | str = DEFAULT_ARCHS, name: str = "model",
                 out: str | Path = "dist", version: str = "0.1.0", dispatch: str = "sequential",
                 shapes: ShapeMode | None = None, cache=True, jobs: int | None = None,
-                native: bool | None = None) -> BuildOptions:
+                native: bool | None = None, weights: str = "packaged") -> BuildOptions:
         if dispatch not in DISPATCHES:
             raise UsageError(f"unknown dispatch {dispatch!r}", fix=f"choose among {', '.join(DISPATCHES)}")
+        if weights not in WEIGHTS:
+            raise UsageError(f"unknown --weights {weights!r}", fix=f"choose among {', '.join(WEIGHTS)}")
         if jobs is not None and jobs < 1:
             raise UsageError(f"--jobs {jobs}: need at least 1", fix="pass --jobs 1 to compile in this process only")
         return cls(archs=parse_archs(arch), name=check_name(name), out=check_out_dir(out),
                    version=check_version(version), dispatch=dispatch, shapes=check_shapes(shapes or Static()),
-                   cache=cache, jobs=jobs, native=native)
+                   cache=cache, jobs=jobs, native=native, weights=weights)
 
 
 # --- archs ----------------------------------------------------------------------------------

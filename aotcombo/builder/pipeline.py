@@ -51,7 +51,7 @@ def build_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]
     """Build installable wheels of ``model`` for ``example_inputs``' shapes.
 
     ``options``: a ``BuildOptions``, or its fields as keywords (``arch``, ``name``, ``out``,
-    ``version``, ``dispatch``, ``shapes``, ``cache``, ``jobs``, ``native``: see
+    ``version``, ``dispatch``, ``shapes``, ``cache``, ``jobs``, ``native``, ``weights``: see
     ``BuildOptions.checked``). ``model_file``: the file the model came from, part of the
     trace cache key. ``make_inputs(batch)``: the example inputs at a batch size (default:
     cut or tiled from ``example_inputs``; see ``shapes``)."""
@@ -107,8 +107,12 @@ def build_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]
     named = {i.key: weights[i.key] for i in variants[0].plan.graph.inputs if i.kind == "weight"}
     weight_tensors = list(named.values())
     with reporter.stage("package wheel", timing_key="package"):
+        # --weights external: the model's state_dict comes at load time; tensors outside it
+        # (non-persistent buffers, constants the trace lifted) stay in the package
+        external = set(model.state_dict()) & set(named) if options.weights == "external" else set()
+        packaged = [t for name, t in named.items() if name not in external]
         contents = assemble(options.name, options.version, options.archs, shapes, variants, named,
-                            save_weights(weight_tensors))
+                            save_weights(packaged) if packaged else None, external)
         wheels = write_wheels(options.out, contents, options.native)
     for wheel in wheels:
         reporter.line(f"wrote {wheel}")

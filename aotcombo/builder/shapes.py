@@ -33,6 +33,7 @@ import torch
 from ..errors import UsageError
 from ..runtime.buckets import pad_rows
 from ..runtime.manifest import Dynamic, ShapeMode, Static
+from .modelfile import buffers_kept
 
 def cut_or_tile(inputs: tuple, batched: Sequence[int], size: int) -> tuple:
     """The example inputs with dim 0 of the ``batched`` ones made ``size``: the first
@@ -150,7 +151,7 @@ def _flat_eager(model):
     """``run(inputs)``: the model's outputs in eager mode on the CPU, as a flat list of tensors."""
 
     def run(inputs):
-        with torch.no_grad():
+        with torch.no_grad(), buffers_kept(model):
             out = model(*inputs)
         return [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
 

@@ -87,6 +87,8 @@ def package_files(contents: Contents, launcher: bytes | None) -> dict[str, bytes
         archs=", ".join(f"sm_{a}" for a in manifest.archs),
         ptx_arch=manifest.ptx_arch,
         batch=_shapes_sentence(manifest.shapes),
+        external=bool(manifest.weights.external),
+        state=list(manifest.weights.state),
     ).encode()
     return files
 

@@ -40,8 +40,9 @@ class BucketedModel:
     """``model(*inputs)`` runs the bucket of the inputs' batch size. ``load_bucket(size)``
     returns the model (op by op or graph) of one bucket."""
 
-    def __init__(self, name: str, device: torch.device, load_bucket, buckets: Buckets, input_names: list[str]):
-        self.name, self.device, self._load_bucket = name, device, load_bucket
+    def __init__(self, name: str, device: torch.device, load_bucket, buckets: Buckets, input_names: list[str],
+                 state=None):
+        self.name, self.device, self._load_bucket, self._state = name, device, load_bucket, state
         self.sizes, self.pad = buckets.sizes, buckets.pad
         self._inputs, self._outputs = buckets.batched_inputs, buckets.batched_outputs
         self._first, self._names = self._inputs[0], input_names
@@ -65,6 +66,14 @@ class BucketedModel:
         """Load (and in graph mode capture) every bucket now rather than at its first call."""
         for size in self.sizes:
             self.bucket(size)
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """The buffers forward updates (a KV cache), live, shared by every bucket."""
+        return dict(self._state.tensors) if self._state is not None else {}
+
+    def reset_state(self) -> None:
+        if self._state is not None:
+            self._state.reset()
 
     def static_inputs(self, batch: int) -> tuple:
         """The static input tensors of bucket ``batch`` (see the bucket model's static_inputs)."""

@@ -111,11 +111,14 @@ class StreamOrder:
             self._raw, self._stream = raw, stream
 
 
-def capture(run, inputs: tuple, device: torch.device, pool=None):
+def capture(run, inputs: tuple, device: torch.device, pool=None, state=None):
     """Run ``run(inputs)`` once to warm up (cuBLAS and cuDNN workspaces, lazy module loading,
     kernel scratch), then capture it in a CUDA graph, both on a side stream, as
     torch.cuda.graphs requires; returns (graph, outputs). ``pool``: a memory pool shared
-    with other graphs that never run at the same time."""
+    with other graphs that never run at the same time. ``state``: the model's State, which
+    the warm-up run writes: put back after, so a capture (a new batch size's, mid-generation)
+    leaves the KV cache as it found it."""
+    saved = state.snapshot() if state is not None and state.tensors else None
     with torch.cuda.device(device):
         stream = torch.cuda.Stream(device)
         stream.wait_stream(torch.cuda.current_stream(device))
@@ -130,6 +133,8 @@ def capture(run, inputs: tuple, device: torch.device, pool=None):
                     graph.capture_end()
                 raise
             graph.capture_end()
+            if saved is not None:
+                state.restore(saved)
         stream.synchronize()
     return graph, outputs
 
@@ -149,8 +154,15 @@ class GraphModel:
     def capture(cls, model, copy_outputs: bool = True) -> GraphModel:
         """Capture ``model`` (a Model: its kernels and weights) with fresh static inputs."""
         inputs = allocate(model.specs, model.device)
-        graph, outputs = capture(model.run, inputs, model.device)
+        graph, outputs = capture(model.run, inputs, model.device, state=model.state_buffers)
         return cls(model, graph, inputs, outputs, copy_outputs)
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """The buffers forward updates, live (see Model.state): each replay updates them."""
+        return self._model.state()
+
+    def reset_state(self) -> None:
+        self._model.reset_state()
 
     def static_inputs(self) -> tuple:
         """The graph's input tensors: write into them and call ``model(*model.static_inputs())``."""
@@ -225,6 +237,13 @@ class GraphPerSize:
             raise ValueError(f"{self.name}: batch {batch} runs op by op (no graph); pass your own inputs")
         return graph.static_inputs()
 
+    def state(self) -> dict[str, torch.Tensor]:
+        """The buffers forward updates, live, shared by every batch size's graph."""
+        return self._model.state()
+
+    def reset_state(self) -> None:
+        self._model.reset_state()
+
     def sizes(self) -> list[int]:
         """The batch sizes captured so far."""
         return sorted(s for s, g in self._graphs.items() if isinstance(g, GraphModel))
@@ -245,7 +264,8 @@ class GraphPerSize:
             self._pool = torch.cuda.graph_pool_handle()
         inputs = allocate(self._model.specs, self.device, batch=size)
         try:
-            graph, outputs = capture(self._model.run, inputs, self.device, pool=self._pool)
+            graph, outputs = capture(self._model.run, inputs, self.device, pool=self._pool,
+                                     state=self._model.state_buffers)
         except Exception as e:
             message = f"{self.name}: capturing the forward for batch {size} in a CUDA graph failed: {e}"
             if self._strict:

@@ -27,6 +27,7 @@ from .buckets import BucketedModel
 from .graphs import GraphModel, GraphPerSize
 from .inputs import InputSpec, allocate, make_guard
 from .manifest import Buckets, Dynamic, Kernel, Manifest, ManifestError
+from .state import State, weights_for_load
 
 MAX_STREAMS = 64  # bound launchers kept per model: past that (a stream per call), they are dropped
 
@@ -94,7 +95,6 @@ class Loaded(NamedTuple):
     context: int
     forward: object
     kernels: list
-    weights: list
     specs: list[InputSpec]
     batch_range: tuple | None = None  # (min, max) of a dynamic batch
 
@@ -103,7 +103,7 @@ class _Device(NamedTuple):
     device: torch.device
     variant: str
     context: int
-    weights: list
+    weights: dict  # the packaged tensors on the device, by name
     modules: dict  # image path -> CUmodule
 
 
@@ -111,11 +111,12 @@ class Model:
     """A package loaded on one device, run op by op: ``model(*inputs)`` returns the outputs.
 
     ``guard(inputs)`` checks inputs against ``specs`` (None with ``check_inputs=False``);
-    ``run(inputs)`` runs the forward on inputs known to be right."""
+    ``run(inputs)`` runs the forward on inputs known to be right. ``weights``: the program's,
+    in its order; ``state``: the buffers among them that forward updates (state.py)."""
 
-    def __init__(self, loaded: Loaded, check_inputs: bool = True):
-        self.name, self.variant, self.device, self.weights = loaded.name, loaded.variant, loaded.device, loaded.weights
-        self.specs, self.batch_range = loaded.specs, loaded.batch_range
+    def __init__(self, loaded: Loaded, weights: list, state: State, check_inputs: bool = True):
+        self.name, self.variant, self.device, self.weights = loaded.name, loaded.variant, loaded.device, weights
+        self.specs, self.batch_range, self.state_buffers = loaded.specs, loaded.batch_range, state
         self.mutated = tuple(i for i, s in enumerate(self.specs) if s.mutated)
         self.guard = make_guard(self.specs, self.device, self.batch_range) if check_inputs else None
         self._context, self._forward, self._kernels = loaded.context, loaded.forward, loaded.kernels
@@ -146,6 +147,15 @@ class Model:
             self._bound.clear()
         kernels = self._bound[stream] = [k.bind(stream) for k in self._kernels]
         return kernels
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """The buffers forward updates (a KV cache), live, by the model's names: calls read and
+        write them in place; ``load(state=...)`` of another package can share them."""
+        return dict(self.state_buffers.tensors)
+
+    def reset_state(self) -> None:
+        """Put the state back to the values the model was loaded with."""
+        self.state_buffers.reset()
 
     def static_inputs(self) -> tuple:
         """Input tensors made once, as in graph mode; here a call reads any inputs in place."""
@@ -192,7 +202,7 @@ class Package:
         return self._manifest
 
     def load(self, device="cuda", *, graphs: bool | None = None, copy_outputs: bool = True,
-             check_inputs: bool = True) -> Model | GraphModel | GraphPerSize | BucketedModel:
+             check_inputs: bool = True, weights=None, state=None) -> Model | GraphModel | GraphPerSize | BucketedModel:
         """Load the model on ``device`` ("cuda" for the current one, or "cuda:N").
 
         Kernels and weights load once per device. ``graphs``: capture the forward in a CUDA
@@ -201,25 +211,32 @@ class Package:
         first call). ``copy_outputs=False`` (graph mode): return the graph's own output
         tensors, valid until the next call. ``check_inputs=False``: skip the per-call input
         guards. A package built for several batch sizes returns a ``BucketedModel``, which
-        loads each bucket at its first call.
+        loads each bucket at its first call. ``weights``: tensors by the model's names (its
+        ``state_dict()``) to use instead of the packaged ones; a package built with ``--weights
+        external`` needs them (the caller's tensors on ``device`` are used as they are, others
+        copied there). ``state``: another loaded model's ``state()`` to share (e.g. one KV cache
+        for a prefill and a decode package); by default the load holds its own.
         """
         check_options(graphs, copy_outputs, check_inputs)
         check_torch(self.manifest)
         index, shapes = _device_index(device), self.manifest.shapes
+        dev = self._device(index)
+        weights, held = weights_for_load(self.manifest, dev.weights, dev.device, weights, state)
         if isinstance(shapes, Buckets):
             names = [i.name for i in self.manifest.inputs]
-            return BucketedModel(self.manifest.name, torch.device("cuda", index),
-                                 lambda size: self._model(index, size, graphs, copy_outputs, check_inputs),
-                                 shapes, names)
-        return self._model(index, None, graphs, copy_outputs, check_inputs)
+            return BucketedModel(self.manifest.name, dev.device,
+                                 lambda size: self._model(index, size, graphs, copy_outputs, check_inputs, weights,
+                                                          held), shapes, names, held)
+        return self._model(index, None, graphs, copy_outputs, check_inputs, weights, held)
 
-    def _model(self, index: int, bucket: int | None, graphs: bool | None, copy_outputs: bool, check_inputs: bool):
+    def _model(self, index: int, bucket: int | None, graphs: bool | None, copy_outputs: bool, check_inputs: bool,
+               weights: list, state: State):
         """The model of one input shape on a device: op by op when ``graphs`` is False, else in
         graph mode (``graphs=True``: a failed capture raises; None: it falls back to op by op)."""
         with self._lock:
             if (index, bucket) not in self._loaded:
                 self._loaded[index, bucket] = self._load(index, bucket)
-        model = Model(self._loaded[index, bucket], check_inputs)
+        model = Model(self._loaded[index, bucket], weights, state, check_inputs)
         if graphs is False:
             return model
         if isinstance(self.manifest.shapes, Dynamic):  # a graph per size, at its first call
@@ -240,8 +257,14 @@ class Package:
             m, props = self.manifest, torch.cuda.get_device_properties(index)
             variant = choose_variant(m, props.major * 10 + props.minor, props.name)
             device = torch.device("cuda", index)
-            weights = torch.load(os.path.join(self.dir, m.weights.file), weights_only=True, map_location=device)
-            self._devices[index] = _Device(device, variant, cuda.primary_context(index), weights, {})
+            packaged = [t.name for t in m.weights.tensors if not t.external]
+            tensors = torch.load(os.path.join(self.dir, m.weights.file), weights_only=True,
+                                 map_location=device) if m.weights.file else []
+            if len(tensors) != len(packaged):
+                raise RuntimeError(f"{m.weights.file}: {len(tensors)} tensors, the manifest lists {len(packaged)}: "
+                                   "the package is damaged; reinstall or rebuild it")
+            self._devices[index] = _Device(device, variant, cuda.primary_context(index),
+                                           dict(zip(packaged, tensors)), {})
         return self._devices[index]
 
     def _load(self, index: int, bucket: int | None) -> Loaded:
@@ -258,7 +281,7 @@ class Package:
         program = importlib.import_module(f"{self._import_name or m.name}.{variant.program}")
         name = m.name if bucket is None else f"{m.name}[batch {bucket}]"
         batch_range = (m.shapes.min, m.shapes.max) if isinstance(m.shapes, Dynamic) else None
-        return Loaded(name, dev.variant, dev.device, dev.context, program.forward, kernels, dev.weights,
+        return Loaded(name, dev.variant, dev.device, dev.context, program.forward, kernels,
                       [InputSpec.of(i) for i in shape.inputs], batch_range)
 
     def _kernel(self, k: Kernel, dev: _Device):

@@ -176,6 +176,7 @@ class Tensor:
     name: str
     dtype: str
     shape: tuple[int, ...]
+    external: bool = False  # not in the package: load(weights=...) gives it
 
 
 _ITEMSIZE = {"float64": 8, "int64": 8, "uint64": 8, "complex64": 8, "complex128": 16, "float32": 4, "int32": 4,
@@ -184,10 +185,17 @@ _ITEMSIZE = {"float64": 8, "int64": 8, "uint64": 8, "complex64": 8, "complex128"
 
 @dataclass(frozen=True)
 class Weights:
-    file: str  # torch.save of the tensors, a list in program order
-    tensors: tuple[Tensor, ...]
+    file: str | None  # torch.save of the packaged (not external) tensors, a list in program order
+    tensors: tuple[Tensor, ...]  # by the model's names (its state_dict's), in program order
     file_bytes: int
     sha256: str  # of the file's bytes
+    # The buffers forward updates in place (a KV cache): each load() holds its own copies.
+    state: tuple[str, ...] = ()
+
+    @property
+    def external(self) -> tuple[str, ...]:
+        """The tensors ``load(weights=...)`` must give (``build --weights external``)."""
+        return tuple(t.name for t in self.tensors if t.external)
 
     @property
     def bytes(self) -> int:

@@ -92,6 +92,9 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--pad", action="store_true",
                        help="with --batch: run a size between buckets in the next larger one, padded with zero rows "
                        "(the build checks on the CPU that padding leaves each row's outputs unchanged)")
+    build.add_argument("--weights", choices=("packaged", "external"), default="packaged",
+                       help="packaged (default): the wheel carries the model's weights; external: it carries none, "
+                       "and load(weights=model.state_dict()) gives them (for weights too large to ship in a wheel)")
     build.add_argument("--no-cache", action="store_true",
                        help="do not read or write the build cache (see below)")
     build.add_argument("--no-native", action="store_true",
@@ -164,7 +167,7 @@ def _options(args, options_mod):
     return options_mod.BuildOptions.checked(
         arch=args.arch, name=args.name or Path(args.model_file).stem.replace("-", "_"), out=args.out,
         version=args.package_version, dispatch=args.dispatch, shapes=shapes, cache=not args.no_cache, jobs=args.jobs,
-        native=False if args.no_native else None)
+        native=False if args.no_native else None, weights=args.weights)
 
 
 def _build(args, reporter) -> int:

@@ -84,7 +84,7 @@ def _run_here(directory: Path) -> None:
     forward = load_program(job["program"], "program").forward
     with torch.no_grad():
         outputs = forward(kernels, job["weights"], torch.device("cpu"), *job["inputs"])
-    torch.save({"outputs": outputs, "inputs": job["inputs"]}, directory / "outputs.pt")
+    torch.save({"outputs": outputs, "inputs": job["inputs"], "weights": job["weights"]}, directory / "outputs.pt")
 
 
 def run(program: str, combos: Sequence[tuple[str, str, int]], weights: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor]):
@@ -92,7 +92,8 @@ def run(program: str, combos: Sequence[tuple[str, str, int]], weights: Sequence[
     ``TRITON_INTERPRET=1`` (Triton reads it when its own modules load).
 
     ``combos`` lists ``(name, module source, grid)`` in launch-table order; grid None: the
-    program passes each launch's grid first (a dynamic batch)."""
+    program passes each launch's grid first (a dynamic batch). Inputs and weights the
+    program updates in place (a model's state) are updated in the caller's tensors."""
     with tempfile.TemporaryDirectory(prefix="aotcombo-interp-") as tmp:
         directory = Path(tmp)
         job = {"program": program, "combos": list(combos), "weights": list(weights), "inputs": list(inputs)}
@@ -104,7 +105,8 @@ def run(program: str, combos: Sequence[tuple[str, str, int]], weights: Sequence[
         if result.returncode != 0:
             raise RuntimeError(f"interpreted run failed:\n{result.stderr[-4000:]}")
         done = torch.load(directory / "outputs.pt", weights_only=False)
-        for mine, theirs in zip(inputs, done["inputs"]):  # the program may update inputs in place
+        # the program may update inputs, and its state (buffers forward writes), in place
+        for mine, theirs in zip([*inputs, *weights], [*done["inputs"], *done["weights"]]):
             if isinstance(mine, torch.Tensor) and not torch.equal(mine, theirs):
                 mine.copy_(theirs)
         return done["outputs"]

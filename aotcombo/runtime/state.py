@@ -1,0 +1,85 @@
+"""What one ``load()`` computes with: its weights, and the state that forward updates.
+
+Weights come from the package (loaded once per device) or from the caller
+(``load(weights=model.state_dict())``: required for a package built with ``--weights
+external``, else it replaces the packaged tensors of those names). The buffers forward
+updates in place (a KV cache: the manifest's ``weights.state``) are the model's *state*:
+each load holds its own copies, started from the weights' values, updated by every call
+(in graph mode by the replay itself, no copies), unless ``load(state=other.state())``
+shares another model's (a prefill and a decode package over one cache).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+
+from .manifest import Manifest
+
+
+class State:
+    """The buffers a loaded model's forward updates, by the model's names."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor], initial: dict[str, torch.Tensor]):
+        self.tensors, self._initial = tensors, initial
+
+    def reset(self) -> None:
+        """Put the values the model was loaded with back."""
+        with torch.no_grad():
+            for name, tensor in self.tensors.items():
+                tensor.copy_(self._initial[name])
+
+    def snapshot(self) -> list[torch.Tensor]:
+        return [t.clone() for t in self.tensors.values()]
+
+    def restore(self, saved: list[torch.Tensor]) -> None:
+        with torch.no_grad():
+            for tensor, value in zip(self.tensors.values(), saved, strict=True):
+                tensor.copy_(value)
+
+
+def weights_for_load(manifest: Manifest, packaged: dict[str, torch.Tensor], device: torch.device,
+                     given: Mapping[str, torch.Tensor] | None = None,
+                     shared: Mapping[str, torch.Tensor] | None = None) -> tuple[list[torch.Tensor], State]:
+    """The program's weights in program order, and the load's state."""
+    given = {} if given is None else given
+    if not isinstance(given, Mapping):
+        raise TypeError(f"load(): weights must be a mapping of names to tensors (a state_dict), "
+                        f"got {type(given).__name__}")
+    missing = [t.name for t in manifest.weights.tensors if t.external and t.name not in given]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise ValueError(f"package {manifest.name} was built with --weights external: load(weights=...) must give "
+                         f"{len(missing)} tensor(s) it lacks: {shown}; pass the state_dict() of the model it "
+                         "was built from")
+    sources = {}
+    for t in manifest.weights.tensors:
+        if t.name in given:
+            sources[t.name] = _checked(f"weights[{t.name!r}]", given[t.name], t.dtype, t.shape).to(device)
+        else:
+            sources[t.name] = packaged[t.name]
+    live = {}
+    for name in manifest.weights.state:
+        if shared is not None:
+            if name not in shared:
+                raise ValueError(f"load(state=...) lacks {name!r}, a buffer {manifest.name} updates; pass the "
+                                 "state() of a model built from the same module")
+            tensor = _checked(f"state[{name!r}]", shared[name], str(sources[name].dtype).removeprefix("torch."),
+                              tuple(sources[name].shape))
+            if tensor.device != device:
+                raise ValueError(f"state[{name!r}] is on {tensor.device}; this model loads on {device}")
+            live[name] = tensor
+        else:
+            live[name] = sources[name].clone()
+    weights = [live.get(t.name, sources[t.name]) for t in manifest.weights.tensors]
+    return weights, State(live, {name: sources[name] for name in live})
+
+
+def _checked(what: str, value, dtype: str, shape: tuple) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{what}: expected a tensor, got {type(value).__name__}")
+    if str(value.dtype).removeprefix("torch.") != dtype or tuple(value.shape) != tuple(shape):
+        raise ValueError(f"{what}: expected {dtype} {list(shape)}, got {str(value.dtype).removeprefix('torch.')} "
+                         f"{list(value.shape)}")
+    return value

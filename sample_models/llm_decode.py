@@ -1,0 +1,145 @@
+"""A Llama-style decoder that keeps its KV cache on the GPU: one model, prefill and decode.
+
+4 layers, d_model 1024, 16 query heads and 4 key/value heads of 64 (grouped-query
+attention), SwiGLU MLP (2816), RMSNorm, rotary position embeddings, vocab 32000, a static
+KV cache of 2048 positions for up to 8 sequences, bf16, random weights (seed 0): 221 MB of
+weights, 64 MB of cache.
+
+``forward(tokens, input_pos)``: ``tokens`` is [batch, T] token ids, ``input_pos`` the T
+cache positions they take ([T] int64). Each layer writes its new keys and values into its
+cache buffers in place (``index_copy_`` along the position dim, gpt-fast's and
+transformers' ``StaticCache``'s way), then attends over the whole cache with a causal mask
+built from ``input_pos``, so one build serves every step. It returns the logits of the
+last position, [batch, vocab]. Attention folds each key/value head's 4 query heads into
+its query rows, so the cache is read as it is, never repeated per query head.
+
+Two packages over one cache (``README.md``, "An LLM decode loop"): the decode step (T = 1,
+``get_example_inputs``) and the prefill (T = 128, ``get_prefill_inputs``; shorter prompts
+are left-aligned and padded, their padding positions overwritten later), each with batch
+buckets 1, 4, 8 and ``--weights external`` (the weights stay out of the wheels;
+``load("cuda", weights=model.state_dict())`` gives them, ``load(..., state=...)`` shares
+the cache)::
+
+    aotcombo build sample_models/llm_decode.py --batch 1,4,8 --weights external --name llm_decode
+    aotcombo build sample_models/llm_decode.py --inputs-fn get_prefill_inputs --batch 1,4,8 \\
+        --weights external --name llm_prefill
+"""
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+VOCAB, DIM, LAYERS, HEADS, KV_HEADS, HIDDEN = 32000, 1024, 4, 16, 4, 2816
+HEAD_DIM = DIM // HEADS
+GROUP = HEADS // KV_HEADS  # query heads per key/value head
+MAX_BATCH, MAX_SEQ = 8, 2048
+DTYPE = torch.bfloat16
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps, self.weight = eps, nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
+
+
+def rotate(x, cos, sin):
+    """Rotary embedding of x [b, heads, T, d] at positions whose cos/sin are [T, d/2]."""
+    x1, x2 = x.float().unflatten(-1, (-1, 2)).unbind(-1)
+    out = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
+    return out.type_as(x)
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wqkv = nn.Linear(DIM, (HEADS + 2 * KV_HEADS) * HEAD_DIM, bias=False)
+        self.wo = nn.Linear(HEADS * HEAD_DIM, DIM, bias=False)
+        cache = (MAX_BATCH, KV_HEADS, MAX_SEQ, HEAD_DIM)
+        self.register_buffer("k_cache", torch.zeros(cache, dtype=DTYPE))
+        self.register_buffer("v_cache", torch.zeros(cache, dtype=DTYPE))
+
+    def forward(self, x, cos, sin, mask, input_pos):
+        b, t, _ = x.shape
+        q, k, v = self.wqkv(x).split([HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM], dim=-1)
+        q = rotate(q.view(b, t, HEADS, HEAD_DIM).transpose(1, 2), cos, sin)
+        k = rotate(k.view(b, t, KV_HEADS, HEAD_DIM).transpose(1, 2), cos, sin)
+        v = v.view(b, t, KV_HEADS, HEAD_DIM).transpose(1, 2)
+        k_cache, v_cache = self.k_cache[:b], self.v_cache[:b]
+        k_cache.index_copy_(2, input_pos, k)
+        v_cache.index_copy_(2, input_pos, v)
+        # Grouped-query attention: the GROUP query heads sharing a key/value head become rows
+        # of one query block, [b, KV_HEADS, GROUP * t, d], so the cache is read once, as is.
+        folded = q.reshape(b, KV_HEADS, GROUP * t, HEAD_DIM)
+        out = F.scaled_dot_product_attention(folded, k_cache, v_cache, attn_mask=mask.repeat(1, 1, GROUP, 1))
+        out = out.reshape(b, HEADS, t, HEAD_DIM).transpose(1, 2).reshape(b, t, HEADS * HEAD_DIM)
+        return self.wo(out)
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attention_norm, self.ffn_norm = RMSNorm(DIM), RMSNorm(DIM)
+        self.attention = Attention()
+        self.w13 = nn.Linear(DIM, 2 * HIDDEN, bias=False)
+        self.w2 = nn.Linear(HIDDEN, DIM, bias=False)
+
+    def forward(self, x, cos, sin, mask, input_pos):
+        h = x + self.attention(self.attention_norm(x), cos, sin, mask, input_pos)
+        gate, up = self.w13(self.ffn_norm(h)).chunk(2, dim=-1)
+        return h + self.w2(F.silu(gate) * up)
+
+
+class Decoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(VOCAB, DIM)
+        self.layers = nn.ModuleList(Block() for _ in range(LAYERS))
+        self.norm = RMSNorm(DIM)
+        self.output = nn.Linear(DIM, VOCAB, bias=False)
+        freqs = 1.0 / (10000 ** (torch.arange(0, HEAD_DIM, 2).float() / HEAD_DIM))
+        angles = torch.outer(torch.arange(MAX_SEQ).float(), freqs)
+        self.register_buffer("rope_cos", angles.cos(), persistent=False)
+        self.register_buffer("rope_sin", angles.sin(), persistent=False)
+        self.register_buffer("causal", torch.tril(torch.ones(MAX_SEQ, MAX_SEQ, dtype=torch.bool)), persistent=False)
+
+    def forward(self, tokens, input_pos):
+        x = self.tok_embeddings(tokens)
+        cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]
+        mask = self.causal[input_pos][None, None]  # [1, 1, T, MAX_SEQ]: what each position may see
+        for layer in self.layers:
+            x = layer(x, cos, sin, mask, input_pos)
+        return self.output(self.norm(x[:, -1]))
+
+
+def get_model():
+    torch.manual_seed(0)
+    model = Decoder()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() > 1:  # small enough that 4 layers keep a spread of logits
+                p.normal_(0.0, 1.0 / math.sqrt(p.shape[-1]))
+    model = model.to(DTYPE)
+    model.rope_cos, model.rope_sin = model.rope_cos.float(), model.rope_sin.float()  # rotary angles stay fp32
+    return model.eval()
+
+
+PROMPT = 128  # the prefill package's prompt length
+
+
+def get_example_inputs(batch=1, tokens=1, seed=0, start=0):
+    """A decode step: ``tokens`` token ids per sequence at positions ``start ..
+    start + tokens - 1`` (default one token at position 0)."""
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randint(0, VOCAB, (batch, tokens), generator=g),
+            torch.arange(start, start + tokens, dtype=torch.int64))
+
+
+def get_prefill_inputs(batch=1, seed=0):
+    """A prompt of ``PROMPT`` tokens per sequence at positions 0 .. PROMPT - 1."""
+    return get_example_inputs(batch=batch, tokens=PROMPT, seed=seed)
