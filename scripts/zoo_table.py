@@ -47,14 +47,18 @@ def table(results: Path, device: str) -> str:
         "outputs copied out) and *static* (`m(*m.static_inputs())`, `copy_outputs=False`). "
         "`benchmarks/zoo_bench.py`, all variants of a model in one process.",
         "",
+        "- **build**: `scripts/build_zoo.py` on the 2-core build machine (sm_90, warm kernel cache where the "
+        "kernels were unchanged); **wheel**: the platform wheel's size; **private ops**: extern calls outside "
+        "torch's public API (a package records them; `load` checks the torch range).",
+        "",
         "| model | dtype | kernels → launches (ours / Inductor combo) | match | eager | RO | ours default | ours static "
-        "| RO / default | RO / static |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| RO / default | RO / static | build | wheel | private ops |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name in sorted(builds):
         b, rows, t = builds[name], checks.get(name, []), bench.get(name, {})
         if "error" in b:
-            lines.append(f"| {name} | – | build failed: {b['error']} | | | | | | | |")
+            lines.append(f"| {name} | – | build failed: {b['error']} | | | | | | | | | | |")
             continue
         if rows:
             worst = max(rows, key=lambda r: r.get("error", 1.0) / max(r.get("tolerance", 1e-4), 1e-30))
@@ -69,7 +73,8 @@ def table(results: Path, device: str) -> str:
                   if ro and "ours_static_ms" in t else "– | –")
         lines.append(f"| {name} | {b['dtype']} | {b['kernels']} → {b['launches']} / {b['inductor_combo_launches']} "
                      f"| {match} | {_ms(t, 'eager_ms')} | {_ms(t, 'compile_ro_ms')} | {_ms(t, 'ours_default_ms')} "
-                     f"| {_ms(t, 'ours_static_ms')} | {ratios} |")
+                     f"| {_ms(t, 'ours_static_ms')} | {ratios} | {b['build_s']:.0f} s | {b['wheel_bytes'] / 1e6:.1f} MB "
+                     f"| {', '.join(f'`{op}`' for op in b['private_ops']) or 'none'} |")
     return "\n".join(lines) + "\n"
 
 

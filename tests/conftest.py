@@ -20,3 +20,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip_slow)
+
+
+@pytest.fixture(scope="module")
+def full_fp32():
+    """Convolutions in true fp32 on both sides of a GPU check: cuDNN's default TF32
+    (``allow_tf32``) would put eager itself ~1e-3 off (a package calls the same aten op, so it
+    follows the flag)."""
+    previous = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32 = previous

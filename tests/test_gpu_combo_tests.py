@@ -11,17 +11,8 @@ import combo_tests_support as S
 from gpu_support import import_package
 from zoo_support import package_weights
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("full_fp32")]
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _full_fp32():
-    """Convolutions in true fp32 on both sides: cuDNN's default TF32 (``allow_tf32``) would
-    put eager itself ~1e-3 off (the package calls the same aten op, so it follows the flag)."""
-    previous = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32 = previous
 
 
 def eager_model(name: str, package) -> torch.nn.Module:

@@ -10,17 +10,8 @@ import torch
 from gpu_support import import_package
 from zoo_support import ZOO, as_float32, check, eager_model, fresh_inputs, package_name
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("full_fp32")]
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _full_fp32():
-    """Convolutions in true fp32 on both sides: cuDNN's default TF32 (``allow_tf32``) would
-    put eager itself ~1e-3 off (the package calls the same aten op, so it follows the flag)."""
-    previous = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32 = previous
 SEEDS = (101, 202)  # the build used seed 0
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -32,6 +33,10 @@ def package_name(model: str) -> str:
 
 
 def model_file(model: str):
+    """The model file as a module, importing what lies next to it (``_weights.py``), as
+    ``aotcombo build`` runs it."""
+    if str(ZOO_DIR) not in sys.path:
+        sys.path.append(str(ZOO_DIR))
     spec = importlib.util.spec_from_file_location(f"zoo_file_{model}", ZOO_DIR / f"{model}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -7,16 +7,7 @@ levels so the wheel compresses; see vit_tiny.py).
 """
 
 import torch
-
-
-def quantize_weights_(model, levels=16):
-    """Round every weight of 2+ dims to ``levels`` values (step: std / 4)."""
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                step = float(p.float().std()) / 4 or 1.0
-                half = levels // 2
-                p.copy_((torch.round(p.float() / step).clamp(-half, half - 1) * step).to(p.dtype))
+from _weights import quantize_weights_
 
 
 def get_model():

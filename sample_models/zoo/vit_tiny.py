@@ -11,16 +11,7 @@ weights about 4x; the numbers stay random and of the same scale.
 """
 
 import torch
-
-
-def quantize_weights_(model, levels=16):
-    """Round every weight of 2+ dims to ``levels`` values (step: std / 4)."""
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                step = float(p.float().std()) / 4 or 1.0
-                half = levels // 2
-                p.copy_((torch.round(p.float() / step).clamp(-half, half - 1) * step).to(p.dtype))
+from _weights import quantize_weights_
 
 
 def get_model(dtype=torch.bfloat16):
