@@ -20,7 +20,7 @@ def forward(kernels, weights, device, x, mask):
     y = aten.mm.default(x, w)
     kernels[0](y)
     q = y.view(1, 2, 4, 4)
-    out = attention(q, q, q, backend="efficient", layout="bmhk", attn_mask=mask, is_causal=False, scale=None)
+    out = attention(q, q, q, layout="bmhk", attn_mask=mask, is_causal=False, scale=None)
     return out[0]
 """
 

@@ -1,8 +1,19 @@
-"""The LLM decode sample on a GPU (packages llm_prefill and llm_decode, see tests/llm_support.py):
-64 greedy decode steps after a 128-token prompt give eager's tokens, the cache after them
-matches eager's (relative L2 <= 1e-2, bf16), in graph mode and op by op; loads hold their own
-state; reset_state() puts the loaded values back."""
+"""The LLM decode sample on a GPU (packages llm_prefill and llm_decode, see tests/llm_support.py),
+against eager, in graph mode and op by op, at batch 1 and 4:
 
+- 64 greedy steps (a 128-token prompt, then 63 decode steps), the package fed eager's tokens:
+  at every step the package's argmax is eager's, unless the two are a bf16 tie (eager's logit
+  for the package's token within twice the largest logit difference the two show at that
+  step); the logits and the KV cache after the 64 steps within max(1e-2, 2 x eager's own
+  error) in relative L2, both measured against eager in fp32 (the issue's rule for deep bf16
+  models: the cache of layers past the first carries bf16 noise of ~1e-2 in eager too).
+- The same 64 steps free-running (each side feeding its own tokens): the tokens are eager's
+  up to the end, or up to a first difference that is such a tie.
+
+Loads hold their own state; reset_state() puts the loaded values back.
+"""
+
+import copy
 import os
 
 import pytest
@@ -20,44 +31,100 @@ def llm():
     s = sample()
     model = s.get_model()
     weights = model.state_dict()
+    reference = copy.deepcopy(model).float().cuda()  # eager in fp32: the yardstick for both
     eager = model.to("cuda")
-    return s, eager, weights, import_package("llm_prefill"), import_package("llm_decode")
+    return s, eager, reference, weights, import_package("llm_prefill"), import_package("llm_decode")
 
 
 def _relative(a, b) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
 
 
+def _empty_caches(*models):
+    for model in models:
+        for name, b in model.named_buffers():
+            if name.endswith("_cache"):
+                b.zero_()
+
+
+def _is_tie(eager_logits, ours_logits, row) -> bool:
+    """The package's choice is within twice the logit difference the two show of eager's best."""
+    mine = int(ours_logits[row].argmax())
+    noise = float((ours_logits[row].float() - eager_logits[row].float()).abs().max())
+    return float(eager_logits[row].max() - eager_logits[row, mine]) <= 2 * noise
+
+
+def _log(line: str) -> None:
+    print(line)
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "llm_check.log"), "a") as f:
+            f.write(line + "\n")
+
+
 @pytest.mark.parametrize("batch", [1, 4])
 @pytest.mark.parametrize("graphs", [True, False], ids=["graph", "op_by_op"])
-def test_greedy_tokens_and_cache_match_eager(llm, graphs, batch):
-    s, eager, weights, prefill, decode = llm
+def test_greedy_decode_matches_eager(llm, graphs, batch):
+    s, eager, reference, weights, prefill, decode = llm
     ours = Packaged(prefill, decode, weights, graphs=graphs)
+    x = prompt(batch, seed=7 + batch)
+    t = x.shape[1]
     with torch.no_grad():
-        for b in eager.buffers():
-            if b.dtype == s.DTYPE:
-                b.zero_()  # the KV caches: eager starts empty, as the package does
-        x = prompt(batch, seed=7 + batch)
+        # teacher-forced: every model reads eager's tokens
+        _empty_caches(eager, reference)
+        inputs = [(x, torch.arange(t, device="cuda"))]
+        ties, worst, worst_eager = [], 0.0, 0.0
+        for step in range(STEPS):
+            e = eager(*inputs[-1])
+            o = ours.prefill(*inputs[-1]) if step == 0 else ours.decode(*inputs[-1])
+            r = reference(*inputs[-1])
+            worst, worst_eager = max(worst, _relative(o, r)), max(worst_eager, _relative(e, r))
+            for row in range(batch):
+                if int(o[row].argmax()) != int(e[row].argmax()):
+                    assert _is_tie(e, o, row), f"step {step}, sequence {row}: the package's token is no tie"
+                    ties.append((step, row))
+            inputs.append((e.argmax(-1)[:, None], torch.tensor([t + step], device="cuda")))
+        theirs, fp32 = dict(eager.named_buffers()), dict(reference.named_buffers())
+        cache = max(_relative(v[:batch], fp32[k][:batch]) for k, v in ours.cache().items())
+        cache_eager = max(_relative(theirs[k][:batch], fp32[k][:batch]) for k in ours.cache())
+        # free-running: each side its own tokens
+        _empty_caches(eager)
+        ours.reset()
         expected = generate(eager, eager, x, STEPS)
         got = generate(ours.prefill, ours.decode, x, STEPS)
     same = bool(torch.equal(got, expected))
-    report = f"batch {batch}, graphs={graphs}: tokens equal: {same}"
-    if not same:  # a bf16 near-tie in eager's logits is the only excuse: find the first divergence
+    line = (f"batch {batch}, graphs={graphs}: teacher-forced: {STEPS * batch - len(ties)}/{STEPS * batch} argmax "
+            f"equal, {len(ties)} bf16 ties {ties}; logits vs fp32 {worst:.2e} (eager {worst_eager:.2e}); cache "
+            f"vs fp32 {cache:.2e} (eager {cache_eager:.2e}); free-running tokens equal: {same}")
+    if not same:
         row, step = [int(i) for i in (got != expected).nonzero()[0]]
-        report += f" (first difference: sequence {row}, step {step})"
-    errors = {name: _relative(t[:batch], dict(eager.named_buffers())[name][:batch])
-              for name, t in ours.cache().items()}
-    report += f"; cache relative L2 worst {max(errors.values()):.2e}"
-    print(report)
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "llm_check.log"), "a") as f:
-            f.write(report + "\n")
-    assert same, report
-    assert max(errors.values()) <= 1e-2, errors
+        line += f" (first difference: sequence {row}, step {step})"
+    _log(line)
+    assert worst <= max(1e-2, 2 * worst_eager), line
+    assert cache <= max(1e-2, 2 * cache_eager), line
+    if not same:  # the first difference must be a tie: replay up to it and look
+        _empty_caches(eager)
+        ours.reset()
+        with torch.no_grad():
+            prefix = expected[:, :step]
+            pos = t + step - 1
+            if step == 0:
+                e, o = eager(x, torch.arange(t, device="cuda")), ours.prefill(x, torch.arange(t, device="cuda"))
+            else:
+                eager(x, torch.arange(t, device="cuda"))
+                ours.prefill(x, torch.arange(t, device="cuda"))
+                for i in range(step - 1):
+                    p = torch.tensor([t + i], device="cuda")
+                    token = prefix[:, i:i + 1].contiguous()
+                    eager(token, p)
+                    ours.decode(token, p)
+                p = torch.tensor([pos], device="cuda")
+                token = prefix[:, -1:].contiguous()
+                e, o = eager(token, p), ours.decode(token, p)
+        assert _is_tie(e, o, row), line
 
 
 def test_loads_hold_their_own_state_and_reset_restores_it(llm):
-    s, eager, weights, prefill, decode = llm
+    s, eager, reference, weights, prefill, decode = llm
     first, second = decode.load("cuda", weights=weights), decode.load("cuda", weights=weights)
     assert set(first.state()) == {f"layers.{i}.attention.{c}_cache" for i in range(s.LAYERS) for c in "kv"}
     token, pos = torch.tensor([[17]], device="cuda"), torch.tensor([5], device="cuda")

@@ -20,7 +20,7 @@ from aotcombo.runtime import cuda, graphs, loader as package
 from aotcombo.runtime.graphs import GraphModel, StreamOrder, copy_into, flatten, fresh_copies, same_tensors, unflatten
 from aotcombo.runtime.inputs import check_inputs, make_guard
 from aotcombo.runtime.loader import Loaded, Model, Package, check_options, choose_variant
-from aotcombo.runtime.manifest import Dynamic
+from aotcombo.runtime.manifest import Dynamic, Tensor
 from aotcombo.runtime.state import State
 
 import manifests
@@ -701,7 +701,8 @@ def _write_package(root, name, variant):
     m = manifests.manifest(name, archs=() if variant == "ptx" else (arch,), ptx_arch=arch,
                            ins=manifests.inputs({"name": "x", "shape": [64, 256], "stride": [256, 1],
                                                  "dtype": "float32"}),
-                           variants={key: manifests.variant("program", [kernel])})
+                           variants={key: manifests.variant("program", [kernel])},
+                           tensors=[Tensor("w", "float32", (64, 256))])
     (pkg / "manifest.json").write_text(m.to_json())
     return pkg, w
 
@@ -718,7 +719,8 @@ def test_package_runs(tmp_path, monkeypatch, variant, graphs):
     model = package.load("cuda:0", graphs=graphs)
     assert isinstance(model, GraphModel) is graphs
     assert model.variant == ("ptx" if variant == "ptx" else f"sm_{_arch()}")
-    assert package.load("cuda", graphs=False).weights is model.weights  # loaded once per device
+    again = package.load("cuda", graphs=False).weights
+    assert all(a is b for a, b in zip(again, model.weights, strict=True))  # loaded once per device
     x = torch.randn(64, 256, device="cuda")
     torch.testing.assert_close(model(x), x + w.cuda())
     with pytest.raises(ValueError, match=r"input 0 \('x'\): expected shape"):

@@ -46,8 +46,10 @@ def model_file(model: str):
 def package_weights(package) -> dict[str, torch.Tensor]:
     """The package's weights by the model's names, on the CPU."""
     m = package.manifest
+    if m.weights.file is None:
+        return {}
     tensors = torch.load(os.path.join(os.path.dirname(package.__file__), m.weights.file), weights_only=True)
-    return {t.name: value for t, value in zip(m.weights.tensors, tensors)}
+    return {t.name: value for t, value in zip((t for t in m.weights.tensors if not t.external), tensors, strict=True)}
 
 
 def eager_model(model: str, package, device="cuda") -> torch.nn.Module:

@@ -836,11 +836,10 @@ def _aliased_args(op: torch._ops.OpOverload, args, kwargs) -> list[str]:
 
 
 ATTENTION = "aten::scaled_dot_product_attention"  # public; the program calls it through runtime/ops.py
-_PRIVATE_ATTENTION = {
-    "_scaled_dot_product_flash_attention": "flash",
-    "_scaled_dot_product_efficient_attention": "efficient",
-    "_scaled_dot_product_cudnn_attention": "cudnn",
-}
+_PRIVATE_ATTENTION = frozenset({
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+})
 
 
 def _attention(node) -> g.Extern | None:
@@ -848,9 +847,7 @@ def _attention(node) -> g.Extern | None:
     or None for any other node. Only its first output may be used: the others (log-sum-exp,
     RNG state) are for training."""
     op = node.target
-    backend = _PRIVATE_ATTENTION.get(op._schema.name.removeprefix("aten::")) if isinstance(
-        op, torch._ops.OpOverload) else None
-    if backend is None:
+    if not isinstance(op, torch._ops.OpOverload) or op._schema.name.removeprefix("aten::") not in _PRIVATE_ATTENTION:
         return None
     names = [a.name for a in op._schema.arguments]
     bound = {**dict(zip(names, node.args)), **node.kwargs}
@@ -871,7 +868,7 @@ def _attention(node) -> g.Extern | None:
     if layout is None or tuple(out.shape) != tuple(query.shape[:-1]) + (out.shape[-1],):
         raise UnsupportedModelError(f"{op._schema.name}{where} returns a layout aotcombo does not know "
                                     f"(shape {tuple(out.shape)}, strides {tuple(out.stride())})")
-    kwargs = {"backend": backend, "layout": layout, "attn_mask": bound.get("attn_bias"),
+    kwargs = {"layout": layout, "attn_mask": bound.get("attn_bias"),
               "is_causal": bool(bound.get("is_causal", False)), "scale": bound.get("scale")}
     return g.Extern(op=ATTENTION, args=_to_plain((bound["query"], bound["key"], bound["value"])),
                     kwargs=tuple((key, _to_plain(value)) for key, value in kwargs.items()),

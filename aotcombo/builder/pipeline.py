@@ -112,7 +112,7 @@ def build_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]
         external = set(model.state_dict()) & set(named) if options.weights == "external" else set()
         packaged = [t for name, t in named.items() if name not in external]
         contents = assemble(options.name, options.version, options.archs, shapes, variants, named,
-                            save_weights(packaged) if packaged else None, external)
+                            save_weights(packaged) if packaged or not external else None, external)
         wheels = write_wheels(options.out, contents, options.native)
     for wheel in wheels:
         reporter.line(f"wrote {wheel}")
