@@ -3,7 +3,8 @@
     .venv/bin/python scripts/build_combo_tests.py [CASE ...] [--out .carry/combo]
 
 Each case of ``tests/combo_test_models.py`` becomes package ``combo_<case>`` for sm_90, at
-the PyTorch test's own sizes (a dynamic case with its batch range), and only the wheel pip
+the PyTorch test's own sizes (a dynamic case with its batch range; those of ``GPU_SMALL``, too
+large to carry, at their interpreter size), and only the wheel pip
 picks on the GPU machine is kept. ``tests/test_gpu_combo_tests.py`` checks them against eager.
 """
 
@@ -25,7 +26,7 @@ from aotcombo.errors import BuildError  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("cases", nargs="*", default=[c for c in M.CASES if c not in S.NOT_ON_GPU])
+    parser.add_argument("cases", nargs="*", default=list(M.CASES))
     parser.add_argument("--out", default=str(ROOT / ".carry" / "combo"))
     args = parser.parse_args()
     out = Path(args.out)
@@ -34,7 +35,7 @@ def main() -> None:
     for name in args.cases:
         start = time.perf_counter()
         try:
-            _, result = S.build(M.CASES[name], out, name=S.package_name(name), cache=True)
+            _, result = S.build(M.CASES[name], out, name=S.package_name(name), cache=True, small=name in S.GPU_SMALL)
         except BuildError as exc:
             failed.append(name)
             print(f"{name}: FAILED: {exc.title}: {exc}", flush=True)

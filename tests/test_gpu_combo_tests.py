@@ -1,5 +1,6 @@
 """PyTorch's combo-kernel tests on a GPU: every ported case (``combo_test_models``), built here
-at the PyTorch test's own sizes (``scripts/build_combo_tests.py``), matches eager on fresh
+at the PyTorch test's own sizes (``scripts/build_combo_tests.py``; ``GPU_SMALL`` ones, too large to
+carry, at their interpreter size), matches eager on fresh
 random inputs, in graph mode and op by op: outputs and the inputs the model updates in place,
 fp32 within 1e-4 relative L2, integer outputs exact, strides as eager's."""
 
@@ -16,7 +17,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("full_fp32")]
 
 
 def eager_model(name: str, package) -> torch.nn.Module:
-    model = M.CASES[name].model().eval()
+    case = M.CASES[name]
+    model = ((case.small_model or case.model) if name in S.GPU_SMALL else case.model)().eval()
     own = dict(model.named_parameters()) | dict(model.named_buffers())
     with torch.no_grad():
         for key, value in package_weights(package).items():
@@ -28,15 +30,16 @@ def eager_model(name: str, package) -> torch.nn.Module:
 @pytest.mark.parametrize("graphs", [True, False], ids=["graph", "op_by_op"])
 @pytest.mark.parametrize("name", list(M.CASES))
 def test_case_matches_eager(name, graphs):
-    if name in S.NOT_ON_GPU:
-        pytest.skip(S.NOT_ON_GPU[name])
     case = M.CASES[name]
     package = import_package(S.package_name(name))
     eager = eager_model(name, package)
     loaded = package.load("cuda", graphs=graphs)
     for seed in S.CHECK_SEEDS:
         for batch in case.check_batches or [None]:
-            inputs = case.inputs(seed, batch) if case.dynamic else case.inputs(seed)
+            if case.dynamic:
+                inputs = case.inputs(seed, batch)
+            else:
+                inputs = (case.small if name in S.GPU_SMALL else case.inputs)(seed)
             mine = [S.clone_exact(t, "cuda") for t in inputs]
             theirs = [S.clone_exact(t, "cuda") for t in inputs]
             with torch.no_grad():
