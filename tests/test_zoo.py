@@ -14,8 +14,6 @@ outputs, 1e-2 for bf16/fp16 ones.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -29,8 +27,8 @@ from aotcombo.errors import UnsupportedModelError
 from aotcombo.builder.pipeline import build_package
 from aotcombo.runtime.manifest import Dynamic
 
-ROOT = Path(__file__).resolve().parents[1]
-ZOO = ROOT / "sample_models" / "zoo"
+import zoo_support
+
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 1e-2, torch.float16: 1e-2}
 
 
@@ -78,16 +76,13 @@ WHEEL_BUDGET = 25 * 2**20  # bytes per wheel (sm_90 only); the whole zoo fits ab
 
 
 def test_every_zoo_file_is_listed():
-    assert sorted(p.stem for p in ZOO.glob("*.py")) == sorted(NEEDS)
+    assert sorted(zoo_support.ZOO) == sorted(NEEDS)  # model files; _weights.py is a helper they import
 
 
 def load_zoo(name: str):
     if NEEDS[name]:
         pytest.importorskip(NEEDS[name])
-    spec = importlib.util.spec_from_file_location(f"zoo_{name}", ZOO / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return zoo_support.model_file(name)
 
 
 @pytest.mark.parametrize("name", sorted(NEEDS))
