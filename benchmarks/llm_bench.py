@@ -73,7 +73,6 @@ def main() -> None:
             row["ours_static_ms"] = _time(ours_static, [static], args.steps)
             if not args.no_compile:
                 if compiled is None:
-                    start = time.perf_counter()
                     compiled = torch.compile(eager, mode="reduce-overhead", fullgraph=True)
                 try:
                     def step(tokens, pos):

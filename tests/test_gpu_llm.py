@@ -21,6 +21,7 @@ import torch
 
 from gpu_support import import_package
 from llm_support import Packaged, generate, prompt, sample
+from zoo_support import relative_error
 
 pytestmark = pytest.mark.gpu
 STEPS = 64
@@ -34,10 +35,6 @@ def llm():
     reference = copy.deepcopy(model).float().cuda()  # eager in fp32: the yardstick for both
     eager = model.to("cuda")
     return s, eager, reference, weights, import_package("llm_prefill"), import_package("llm_decode")
-
-
-def _relative(a, b) -> float:
-    return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
 
 
 def _empty_caches(*models):
@@ -77,15 +74,15 @@ def test_greedy_decode_matches_eager(llm, graphs, batch):
             e = eager(*inputs[-1])
             o = ours.prefill(*inputs[-1]) if step == 0 else ours.decode(*inputs[-1])
             r = reference(*inputs[-1])
-            worst, worst_eager = max(worst, _relative(o, r)), max(worst_eager, _relative(e, r))
+            worst, worst_eager = max(worst, relative_error(o, r)), max(worst_eager, relative_error(e, r))
             for row in range(batch):
                 if int(o[row].argmax()) != int(e[row].argmax()):
                     assert _is_tie(e, o, row), f"step {step}, sequence {row}: the package's token is no tie"
                     ties.append((step, row))
             inputs.append((e.argmax(-1)[:, None], torch.tensor([t + step], device="cuda")))
         theirs, fp32 = dict(eager.named_buffers()), dict(reference.named_buffers())
-        cache = max(_relative(v[:batch], fp32[k][:batch]) for k, v in ours.cache().items())
-        cache_eager = max(_relative(theirs[k][:batch], fp32[k][:batch]) for k in ours.cache())
+        cache = max(relative_error(v[:batch], fp32[k][:batch]) for k, v in ours.cache().items())
+        cache_eager = max(relative_error(theirs[k][:batch], fp32[k][:batch]) for k in ours.cache())
         # free-running: each side its own tokens
         _empty_caches(eager)
         ours.reset()

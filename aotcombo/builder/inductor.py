@@ -1077,7 +1077,9 @@ def _scatter_into_whole_buffers(ep) -> None:
     which Inductor writes in place, one small scatter kernel: that is what this pass makes."""
     aten = torch.ops.aten
     graph = ep.graph
-    buffers = {s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "BUFFER"}
+    from torch.export.graph_signature import InputKind
+
+    buffers = {s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.BUFFER}
     for scatter in list(graph.nodes):
         if scatter.target is not aten.slice_scatter.default or scatter.kwargs:
             continue

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from ..runtime.manifest import ITEMSIZE
 from . import blocks as blocks_mod
 from . import graph as g
 from .options import DISPATCHES
@@ -159,7 +160,7 @@ def footprints(graph: g.Graph) -> dict[str, Footprint]:
         if not isinstance(op, g.View):
             continue
         spec = op.spec
-        size = _ITEMSIZE.get(spec.dtype)
+        size = ITEMSIZE.get(spec.dtype)
         if size is None or not all(isinstance(n, int) for n in (*spec.shape, *spec.stride, spec.storage_offset)):
             continue
         if any(n == 0 for n in spec.shape):
@@ -178,11 +179,6 @@ def footprints(graph: g.Graph) -> dict[str, Footprint]:
                 continue
         found[op.out] = Footprint(start, end)
     return found
-
-
-_ITEMSIZE = {"float64": 8, "int64": 8, "complex64": 8, "float32": 4, "int32": 4, "uint32": 4, "bfloat16": 2,
-             "float16": 2, "int16": 2, "uint16": 2, "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1,
-             "float8_e5m2": 1}
 
 
 def dependencies(graph: g.Graph) -> list[set[int]]:

@@ -179,8 +179,10 @@ class Tensor:
     external: bool = False  # not in the package: load(weights=...) gives it
 
 
-_ITEMSIZE = {"float64": 8, "int64": 8, "uint64": 8, "complex64": 8, "complex128": 16, "float32": 4, "int32": 4,
-             "uint32": 4, "bfloat16": 2, "float16": 2, "int16": 2, "uint16": 2}
+ITEMSIZE = {  # bytes per element of each dtype a manifest may name
+    "complex128": 16, "float64": 8, "int64": 8, "uint64": 8, "complex64": 8, "float32": 4, "int32": 4, "uint32": 4,
+    "bfloat16": 2, "float16": 2, "int16": 2, "uint16": 2, "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1,
+    "float8_e5m2": 1}
 
 
 @dataclass(frozen=True)
@@ -202,7 +204,7 @@ class Weights:
         """The tensors' data."""
         total = 0
         for t in self.tensors:
-            n = _ITEMSIZE.get(t.dtype, 1)
+            n = ITEMSIZE.get(t.dtype, 1)
             for d in t.shape:
                 n *= d
             total += n

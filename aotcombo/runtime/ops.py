@@ -20,9 +20,6 @@ from __future__ import annotations
 
 import torch
 
-LAYOUTS = ("bmhk", "contiguous")
-
-
 def attention(query, key, value, *, layout: str, attn_mask=None, is_causal: bool = False,
               scale: float | None = None, enable_gqa: bool = False) -> tuple[torch.Tensor]:
     """``F.scaled_dot_product_attention``, its output in ``layout``; a 1-tuple, as the

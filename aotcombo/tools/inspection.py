@@ -23,7 +23,7 @@ import zipfile
 from pathlib import Path
 
 from ..errors import InspectError
-from ..runtime.manifest import Manifest, ManifestError
+from ..runtime.manifest import ITEMSIZE, Manifest, ManifestError
 
 # --- finding the package ----------------------------------------------------------------
 
@@ -273,10 +273,6 @@ def _plural(n, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
-_ITEMSIZE = {"float64": 8, "int64": 8, "complex64": 8, "float32": 4, "int32": 4, "bfloat16": 2, "float16": 2,
-             "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
-
-
 def _inputs_line(inputs: list[dict], show: int = 6) -> str:
     def one(i):
         return f"{i['name']} {i['dtype']}[{', '.join(map(str, i['shape']))}] stride {tuple(i['stride'])}"
@@ -288,7 +284,7 @@ def _inputs_line(inputs: list[dict], show: int = 6) -> str:
         n = 1
         for d in i["shape"]:
             n *= d if isinstance(d, int) else 1
-        size += n * _ITEMSIZE.get(i["dtype"], 4)
+        size += n * ITEMSIZE.get(i["dtype"], 4)
     return (f"inputs: {len(inputs)} tensors, {_mb(size)}: " + "; ".join(one(i) for i in inputs[: show - 2])
             + f"; ...; {one(inputs[-1])}")
 
