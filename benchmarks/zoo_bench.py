@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""The zoo on one GPU, one run: eager, torch.compile(mode="reduce-overhead") and the package's
-default call and serving path, side by side, per model.
+"""The zoo and the samples on one GPU, one run: eager, torch.compile(mode="reduce-overhead")
+and the package's default call and serving path, side by side, per model.
 
-    PYTHONPATH=<site with the zoo wheels>:.:tests PYTHONUNBUFFERED=1 \\
+    PYTHONPATH=<site with the wheels>:.:tests PYTHONUNBUFFERED=1 \\
         python3 benchmarks/zoo_bench.py [MODEL ...] --out $OUT
 
-Per model, all in this process, on the file's example inputs drawn with fresh seeds:
+MODEL: a zoo model (sample_models/zoo/), ``MODEL@BATCH`` for one at another batch size (its
+package built as ``zoo_MODEL_bBATCH`` from ``get_example_inputs(batch=BATCH)``), or a sample
+(branches, transformer_block, adam_step, conv_block). Per model, all in this process, on the file's example inputs drawn with fresh
+seeds:
 - ``eager``: the file's model with the package's weights, under ``torch.no_grad()``;
 - ``ours_default``: ``pkg.load("cuda")`` called with the caller's tensors (graph mode: copied
   in, replayed, outputs copied out): what ``y = m(x)`` costs;
@@ -31,8 +34,8 @@ sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 import torch  # noqa: E402
 
 from bench_timing import time_synced, warm_up  # noqa: E402
-from gpu_support import import_package  # noqa: E402
-from zoo_support import ZOO, eager_model, fresh_inputs, package_name  # noqa: E402
+from gpu_support import SAMPLES, fresh_like, import_package  # noqa: E402
+from zoo_support import ZOO, eager_model, fresh_inputs, model_file, package_name  # noqa: E402
 
 SEEDS = (301, 302, 303, 304)
 
@@ -43,11 +46,33 @@ def measure(fn, sets, calls: int) -> float:
     return time_synced(fn, sets, device, calls)["median"]
 
 
+def sample(name: str) -> tuple:
+    """A sample's eager model on the GPU and input sets drawn with fresh seeds."""
+    from aotcombo.builder.modelfile import load_model_file
+
+    model, example = load_model_file(HERE.parent / "sample_models" / f"{name}.py")
+    sets = []
+    for seed in SEEDS:
+        generator = torch.Generator(device="cuda").manual_seed(seed)
+        sets.append([fresh_like(t.cuda(), generator) for t in example])
+    return model.cuda(), sets
+
+
 def bench_model(name: str, calls: int, compile_ro: bool) -> dict:
     row: dict = {"model": name}
-    package = import_package(package_name(name))
-    sets = [fresh_inputs(name, seed) for seed in SEEDS]
-    eager = eager_model(name, package)
+    if name in SAMPLES:
+        package = import_package(name)
+        eager, sets = sample(name)
+    elif "@" in name:  # a zoo model at another batch size: MODEL@BATCH, package zoo_MODEL_bBATCH
+        model, batch = name.split("@")
+        package = import_package(f"{package_name(model)}_b{batch}")
+        sets = [tuple(t.cuda() for t in model_file(model).get_example_inputs(seed=seed, batch=int(batch)))
+                for seed in SEEDS]
+        eager = eager_model(model, package)
+    else:
+        package = import_package(package_name(name))
+        sets = [fresh_inputs(name, seed) for seed in SEEDS]
+        eager = eager_model(name, package)
     with torch.no_grad():
         row["eager_ms"] = measure(eager, sets, calls)
         m = package.load("cuda")
@@ -79,6 +104,23 @@ def bench_model(name: str, calls: int, compile_ro: bool) -> dict:
     return row
 
 
+def run_models(models: list[str], measure, path: Path) -> list[dict]:
+    """``measure(model)`` for each model, in order: each row printed and appended to ``path``
+    (JSON lines); a model that fails is a row with its error, and the run goes on."""
+    rows = []
+    for name in models:
+        try:
+            row = measure(name)
+        except Exception as exc:  # noqa: BLE001 - reported, the run goes on
+            traceback.print_exc()
+            row = {"model": name, "error": f"{type(exc).__name__}: {str(exc)[-600:]}"}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        with open(path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("models", nargs="*", default=list(ZOO))
@@ -87,23 +129,17 @@ def main() -> None:
     parser.add_argument("--no-compile", action="store_true")
     args = parser.parse_args()
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
-    rows = []
-    for name in args.models:
-        try:
-            row = bench_model(name, args.calls, not args.no_compile)
-        except Exception as exc:  # noqa: BLE001
-            traceback.print_exc()
-            row = {"model": name, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-        with open(Path(args.out) / "zoo_bench.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
-    print(f"\n{'model':20} {'eager':>8} {'RO':>8} {'default':>8} {'static':>8}  RO/default RO/static  (ms, medians)")
+    rows = run_models(args.models, lambda name: bench_model(name, args.calls, not args.no_compile),
+                      Path(args.out) / "zoo_bench.jsonl")
+    print(f"\n{'model':20} {'eager':>8} {'RO':>8} {'default':>8} {'static':>8}  RO/default RO/static "
+          "default/static  (ms, medians)")
     for r in rows:
         f = lambda k: f"{r[k]:8.3f}" if k in r else f"{'-':>8}"  # noqa: E731
         ro = r.get("compile_ro_ms")
         ratio = (f"{ro / r['ours_default_ms']:10.2f} {ro / r['ours_static_ms']:9.2f}" if ro and "ours_static_ms" in r
-                 else "")
+                 else f"{'':20}")
+        if "ours_static_ms" in r:
+            ratio += f" {r['ours_default_ms'] / r['ours_static_ms']:14.2f}"
         print(f"{r['model']:20} {f('eager_ms')} {f('compile_ro_ms')} {f('ours_default_ms')} {f('ours_static_ms')}  {ratio}")
 
 

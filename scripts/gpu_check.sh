@@ -10,7 +10,9 @@
 #   AOTCOMBO_GPU_TEST_FILES="tests/test_gpu_zoo.py ..."  run these test files only
 #   AOTCOMBO_ZOO="bert gpt2 ..."  the zoo models to check (default: all of sample_models/zoo)
 #   AOTCOMBO_GPU_MEASURE=0  skip the measurements (launch overhead, batch sizes, cold start)
+#   AOTCOMBO_FIRST_OUTPUT="transformer_block bert ..."  models for the time to first output (default transformer_block)
 #   AOTCOMBO_ZOO_BENCH=1    also time the zoo (benchmarks/zoo_bench.py) against eager and reduce-overhead
+#                           (AOTCOMBO_ZOO names the models; samples may be named there too)
 #   AOTCOMBO_LLM_BENCH=1    also time the LLM decode sample (benchmarks/llm_bench.py; .carry/llm)
 #   AOTCOMBO_MEMCHECK=1     also run compute-sanitizer memcheck on one call of each sample
 #
@@ -54,8 +56,8 @@ if [ "${AOTCOMBO_GPU_MEASURE:-1}" = 1 ]; then
   PYTHONPATH="$SITE" $PY benchmarks/launch_overhead.py --out "$OUT/launch_overhead.json" 2>&1 | tee "$OUT/launch_overhead.log"
   echo "== several batch sizes: buckets against a dynamic batch"
   PYTHONPATH="$SITE:$PWD:$PWD/tests" PYTHONUNBUFFERED=1 $PY benchmarks/shapes_bench.py --out "$OUT" 2>&1 | tee "$OUT/shapes_bench.log"
-  echo "== cold start"
-  PYTHONPATH="$SITE" $PY benchmarks/cold_start.py transformer_block --repeats 5 --out "$OUT/cold_start.json" 2>&1 | tee "$OUT/cold_start.log"
+  echo "== time to first output (in-process, fresh processes): ours against eager"
+  PYTHONPATH="$SITE:$PWD:$PWD/tests" $PY benchmarks/first_output.py ${AOTCOMBO_FIRST_OUTPUT:-transformer_block} --repeats 5 --out "$OUT" 2>&1 | tee "$OUT/first_output.log"
 fi
 if [ "${AOTCOMBO_ZOO_BENCH:-0}" = 1 ]; then
   echo "== zoo benchmark: eager, reduce-overhead, ours default and static"

@@ -3,9 +3,14 @@
 cores) run only when asked for: ``pytest -m slow`` or ``AOTCOMBO_SLOW=1``."""
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
+
+from gpu_support import SAMPLES
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -31,3 +36,12 @@ def full_fp32():
     torch.backends.cudnn.allow_tf32 = False
     yield
     torch.backends.cudnn.allow_tf32 = previous
+
+
+@pytest.fixture(scope="module", params=SAMPLES)
+def sample(request):
+    """(name, eager sample model on the GPU, its example inputs on the GPU): the GPU tests' samples."""
+    from aotcombo.builder.modelfile import load_model_file
+
+    model, inputs = load_model_file(ROOT / "sample_models" / f"{request.param}.py")
+    return request.param, model.cuda(), [t.cuda() for t in inputs]

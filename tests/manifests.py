@@ -25,7 +25,7 @@ def kernel(name: str, image: str, function: str, grid=(1, 1, 1), num_warps: int 
 
 
 def manifest(name="m", archs=(90,), ptx_arch=90, ptx=True, ins=None, shapes=Static(), variants=None,
-             tensors=()) -> Manifest:
+             tensors=(), weights_bytes: int = 0) -> Manifest:
     ins = ins if ins is not None else inputs({"name": "x", "shape": [4, 8], "stride": [8, 1], "dtype": "float32"})
     if variants is None:
         variants = {f"sm_{a}": variant() for a in archs}
@@ -33,4 +33,4 @@ def manifest(name="m", archs=(90,), ptx_arch=90, ptx=True, ins=None, shapes=Stat
             variants["ptx"] = variant()
     return Manifest(name=name, version="0.1.0", built_with={}, torch=("2.11", "2.14"), archs=tuple(archs), ptx_arch=ptx_arch, shapes=shapes,
                     specializations=(Specialization(None, ins, variants),),
-                    weights=Weights("weights.pt", tuple(tensors), 0, ""), extern_ops=())
+                    weights=Weights("weights.pt", tuple(tensors), weights_bytes, ""), extern_ops=())

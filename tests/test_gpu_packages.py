@@ -7,18 +7,9 @@ wheels built on the GPU-less machine and runs ``pytest -m gpu``.
 import pytest
 import torch
 
-from aotcombo.builder.modelfile import load_model_file
-
-from gpu_support import SAMPLES, compare, fresh_like, gpu_kernel_launches, import_package
+from gpu_support import compare, fresh_like, gpu_kernel_launches, import_package
 
 pytestmark = pytest.mark.gpu
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module", params=SAMPLES)
-def sample(request):
-    model, inputs = load_model_file(ROOT / "sample_models" / f"{request.param}.py")
-    return request.param, model.cuda(), [t.cuda() for t in inputs]
 
 
 def test_package_matches_eager(sample):

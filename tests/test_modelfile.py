@@ -316,3 +316,25 @@ def test_run_eager_with_library_module():
 def test_run_eager_runs_without_grad():
     out = run_eager(nn.Linear(3, 2), (torch.randn(1, 3),))
     assert out.shape == (1, 2) and not out.requires_grad
+
+
+def test_input_names_follow_forward():
+    from aotcombo.builder.signature import input_names
+
+    class Named(torch.nn.Module):
+        def forward(self, input_ids, attention_mask=None, *rest):
+            return input_ids
+
+    class Packed(torch.nn.Module):
+        def forward(self, x, *xs):
+            return x
+
+    class Keywords(torch.nn.Module):
+        def forward(self, x, **options):
+            return x
+
+    assert input_names(Named(), 2) == ("input_ids", "attention_mask")
+    assert input_names(Named(), 4) == ("input_ids", "attention_mask", "rest[0]", "rest[1]")
+    assert input_names(Packed(), 3) == ("x", "xs[0]", "xs[1]")
+    assert input_names(Keywords(), 2) == ("x", "input1")  # more inputs than forward names
+    assert input_names(torch.nn.Linear(2, 2), 1) == ("input",)

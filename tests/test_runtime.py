@@ -2,6 +2,7 @@
 
 import ctypes
 import dataclasses
+import hashlib
 import json
 import re
 import shutil
@@ -18,7 +19,7 @@ import torch
 
 from aotcombo.runtime import cuda, graphs, loader as package
 from aotcombo.runtime.graphs import GraphModel, StreamOrder, copy_into, flatten, fresh_copies, same_tensors, unflatten
-from aotcombo.runtime.inputs import check_inputs, make_guard
+from aotcombo.runtime.inputs import bind, check_inputs, make_guard
 from aotcombo.runtime.loader import Loaded, Model, Package, check_options, choose_variant
 from aotcombo.runtime.manifest import Dynamic, Tensor
 from aotcombo.runtime.state import State
@@ -136,18 +137,44 @@ def test_guard_shape(guard):
 
 def test_guard_stride(guard):
     x, n = _good()
-    with pytest.raises(ValueError, match=r"input 0 \('x'\): expected stride \(256, 1\), got \(1, 64\)$"):
+    with pytest.raises(ValueError, match=r"input 0 \('x'\): expected stride \(256, 1\), got \(1, 64\): pass a "
+                                         r"tensor of those strides \(graph mode takes any, and copies it\)$"):
         guard((x.t().contiguous().t(), n))
 
 
 def test_guard_alignment(guard):
     x, n = _good()
     with pytest.raises(ValueError, match=r"input 1 \('n'\): expected data_ptr aligned to 16 bytes, "
-                                         r"got one 8 bytes past \(storage offset 1\)$"):
+                                         r"got one 8 bytes past \(storage offset 1\): pass t.clone\(\)"):
         guard((x, torch.zeros(5, dtype=torch.int64)[1:]))
     with pytest.raises(ValueError, match=r"input 0 \('x'\): expected data_ptr aligned to 16 bytes, "
-                                         r"got one 2 bytes past \(storage offset 1\)$"):
+                                         r"got one 2 bytes past \(storage offset 1\): pass t.clone\(\)"):
         guard((torch.zeros(64 * 256 + 1, dtype=torch.bfloat16)[1:].view(64, 256), n))
+
+
+def test_graph_mode_guard_takes_any_layout():
+    x, n = _good()
+    lenient = make_guard(SPECS, CPU, exact_layout=False)
+    assert lenient((x, n)) is True
+    assert lenient((x.t().contiguous().t(), n)) is False  # copied in, not refused
+    assert lenient((x, torch.zeros(5, dtype=torch.int64)[1:])) is False
+    with pytest.raises(ValueError, match=r"expected shape"):
+        lenient((x[:, :255], n))  # what a copy cannot fix is still refused
+
+
+def test_bind_keywords():
+    names = ["input_ids", "attention_mask"]
+    a, b = torch.ones(1), torch.zeros(1)
+    assert bind(names, (a,), {"attention_mask": b}) == (a, b)
+    assert bind(names, (), {"attention_mask": b, "input_ids": a}) == (a, b)
+    with pytest.raises(TypeError, match=r"unexpected input 'mask': the model's inputs are input_ids, attention_mask"):
+        bind(names, (a,), {"mask": b})
+    with pytest.raises(TypeError, match=r"input 'input_ids' given by position and by name"):
+        bind(names, (a,), {"input_ids": b})
+    with pytest.raises(TypeError, match=r"missing input 'attention_mask'$"):
+        bind(names, (a,), {})
+    with pytest.raises(TypeError, match=r"unexpected input 'xs\[0\]'"):
+        bind(["xs[0]"], (), {"xs[0]": a})  # the inputs of a *xs go by position only
 
 
 def test_guard_fast_path(monkeypatch):
@@ -197,24 +224,29 @@ def test_load_modes(tmp_path, monkeypatch):
                                                                                {}, {}))
     monkeypatch.setattr(Package, "_load", lambda self, index, bucket: loads.append(index) or loaded)
 
-    def capture(model, copy_outputs):
-        captures.append((model, copy_outputs))
-        return "graph model"
+    monkeypatch.setattr(graphs, "allocate", lambda specs, device, batch=None: ())  # no GPU here
+    monkeypatch.setattr(graphs.StreamOrder, "on", classmethod(lambda cls, device: None))
+    original_capture = GraphModel.capture
 
-    monkeypatch.setattr(GraphModel, "capture", staticmethod(capture))
+    def capture(self):
+        captures.append((self._model, self.copy_outputs))
+        return self
+
+    monkeypatch.setattr(GraphModel, "capture", capture)
     p = Package(tmp_path)
-    assert p.load() == "graph model" and captures[0][1] is True and captures[0][0].guard is not None
-    assert p.load(copy_outputs=False, check_inputs=False) == "graph model"
-    assert captures[1][1] is False and captures[1][0].guard is None
+    lazy = p.load()
+    assert isinstance(lazy, GraphModel) and captures == []  # captured at its second call
+    assert lazy.copy_outputs is True and lazy.guard is not None
+    assert p.load(copy_outputs=False, check_inputs=False).guard is None
+    assert p.load(graphs=True) and len(captures) == 1  # graphs=True: captured at load
     model = p.load(graphs=False)
-    assert isinstance(model, Model) and len(captures) == 2 and loads == [0]  # loaded once per device
+    assert isinstance(model, Model) and len(captures) == 1 and loads == [0]  # loaded once per device
 
-    def failing(model, copy_outputs):
+    def failing(self):
         raise RuntimeError("operation not permitted when stream is capturing")
 
-    monkeypatch.setattr(GraphModel, "capture", staticmethod(failing))
-    with pytest.warns(UserWarning, match="m: capturing the forward in a CUDA graph failed: operation not permitted"):
-        assert isinstance(p.load(), Model)  # the default falls back to op by op
+    monkeypatch.setattr(GraphModel, "capture", original_capture)
+    monkeypatch.setattr(GraphModel, "_capture", failing)
     with pytest.raises(RuntimeError, match=r"graph failed: operation not .*; load\(..., graphs=False\) runs it"):
         p.load(graphs=True)
 
@@ -307,18 +339,55 @@ class _NoOrder:
         pass
 
 
-def _graph_model(copy_outputs=True, guard=True, log=None):
+def _graph_model(copy_outputs=True, guard=True, log=None, fail=False):
+    """A GraphModel around a fake model and graph, already captured (unless ``fail``: its
+    capture raises, at the second call)."""
     specs = manifests.specs({"name": "x", "shape": [4], "stride": [1], "dtype": "float32", "align": 16})
-    checked = make_guard(specs, CPU)
+    graphs_made, runs = [], []
 
-    def counting_guard(inputs):
-        log.append("guard") if log is not None else None
-        checked(inputs)
+    def run(inputs):
+        runs.append(inputs)
+        return {"y": (inputs[0] * 2, None)}
 
-    model = SimpleNamespace(name="m", variant="sm_90", device=CPU, weights=[], guard=counting_guard if guard else None)
-    inputs = graphs.allocate(specs, CPU)
-    graph = _FakeGraph(inputs)
-    return GraphModel(model, graph, inputs, {"y": (graph.out, None)}, copy_outputs, _NoOrder()), graph
+    model = SimpleNamespace(name="m", variant="sm_90", device=CPU, weights=[], specs=specs, mutated=(),
+                            batch_range=None, guard=make_guard(specs, CPU) if guard else None, kernels=[],
+                            state_buffers=None, run=run, context=1)
+
+    def capturer(run, inputs, device, pool, state):
+        if fail:
+            raise RuntimeError("capture failed")
+        graphs_made.append(_FakeGraph(inputs))
+        return graphs_made[-1], {"y": (graphs_made[-1].out, None)}
+
+    graph_model = GraphModel(model, copy_outputs, _NoOrder(), capturer=capturer)
+    if log is not None:
+        checked = graph_model.guard
+
+        def counting_guard(inputs):
+            log.append("guard")
+            return checked(inputs)
+
+        graph_model.guard = counting_guard
+    if fail:
+        return graph_model, runs
+    graph_model.capture()
+    return graph_model, graphs_made[0]
+
+
+def test_graph_model_captures_at_the_second_call():
+    model, runs = _graph_model(fail=True)
+    x = torch.arange(4.0)
+    assert torch.equal(model(x)["y"][0], x * 2) and len(runs) == 1  # op by op
+    with pytest.warns(UserWarning, match="m: capturing the forward in a CUDA graph failed: capture failed"):
+        assert torch.equal(model(x + 1)["y"][0], (x + 1) * 2)
+    assert torch.equal(model(x + 2)["y"][0], (x + 2) * 2) and len(runs) == 3  # op by op from then on, no retry
+
+
+def test_graph_model_copies_any_layout():
+    model, graph = _graph_model()
+    x = torch.arange(8.0)[::2]  # strided: refused op by op, copied in here
+    assert torch.equal(model(x)["y"][0], x * 2 + 1)
+    assert torch.equal(model(x=x + 1)["y"][0], (x + 1) * 2 + 2)  # by name
 
 
 def test_graph_model_keeps_outputs():
@@ -686,23 +755,22 @@ def _write_package(root, name, variant):
         "    out = torch.empty_like(x)\n"
         "    kernels[0](x, weights[0], out, x.numel())\n"
         "    return out\n")
-    if variant == "ptx":
-        (pkg / "kernels" / "add.ptx").write_text(ck.asm["ptx"])
-    else:
-        (pkg / "kernels" / "add.cubin").write_bytes(ck.asm["cubin"])
+    image = ck.asm["ptx"].encode() if variant == "ptx" else ck.asm["cubin"]
+    (pkg / "kernels" / f"add.{'ptx' if variant == 'ptx' else 'cubin'}").write_bytes(image)
     w = torch.randn(64, 256)
     torch.save([w], pkg / "weights.pt")
     md = ck.metadata
     kernel = manifests.kernel("add", f"kernels/add.{'ptx' if variant == 'ptx' else 'cubin'}", md.name, (64, 1, 1),
                               md.num_warps, md.shared, ("ptr", "ptr", "ptr", "i32"),
                               (md.global_scratch_size, md.global_scratch_align),
-                              (md.profile_scratch_size, md.profile_scratch_align))
+                              (md.profile_scratch_size, md.profile_scratch_align), hashlib.sha256(image).hexdigest())
     key = "ptx" if variant == "ptx" else f"sm_{arch}"
     m = manifests.manifest(name, archs=() if variant == "ptx" else (arch,), ptx_arch=arch,
                            ins=manifests.inputs({"name": "x", "shape": [64, 256], "stride": [256, 1],
                                                  "dtype": "float32"}),
                            variants={key: manifests.variant("program", [kernel])},
-                           tensors=[Tensor("w", "float32", (64, 256))])
+                           tensors=[Tensor("w", "float32", (64, 256))],
+                           weights_bytes=(pkg / "weights.pt").stat().st_size)
     (pkg / "manifest.json").write_text(m.to_json())
     return pkg, w
 
@@ -797,3 +865,41 @@ def test_load_under_an_unsupported_torch_names_the_private_ops_and_the_range(tmp
     assert "install torch>=2.11,<2.15" in message
     monkeypatch.setenv("AOTCOMBO_ANY_TORCH", "1")
     package.check_torch(m, "2.10.0")
+
+
+def test_output_sets_carve_one_allocation_per_dtype():
+    sources = [torch.randn(3, 5), torch.randn(4, 6)[:, 1:], torch.randn(2).expand(3, 2), torch.randn(0, 3),
+               torch.arange(7), torch.randn(1, 3)]
+    sets = graphs.OutputSets(sources, keep=0)
+    first, second = sets(), sets()
+    for a, b, s in zip(first, second, sources):
+        assert torch.equal(a, s) and torch.equal(b, s) and a.shape == s.shape and a.dtype == s.dtype
+        assert a.numel() == 0 or a.data_ptr() != b.data_ptr() != s.data_ptr()
+        assert a.data_ptr() % 16 == 0  # each starts 16-byte aligned
+    assert first[1].stride() == (5, 1) and first[0].stride() == (5, 1)
+    floats = {t.untyped_storage().data_ptr() for t in first if t.dtype == torch.float32}
+    assert len(floats) == 1  # one allocation for the float outputs of a call
+
+
+def test_output_sets_are_reused_only_when_the_caller_let_go():
+    source = [torch.zeros(4), torch.zeros(2, dtype=torch.int64)]
+    sets = graphs.OutputSets(source)
+
+    def call(value):
+        source[0].fill_(value)
+        source[1].fill_(value)
+        return tuple(sets())
+
+    y = call(1)
+    first = [t.data_ptr() for t in y]
+    y = call(2)  # the first set is still held while this call runs: a second set
+    assert [t.data_ptr() for t in y] != first
+    y = call(3)  # the first set is free again: reused, no allocation
+    assert [t.data_ptr() for t in y] == first and float(y[0][0]) == 3
+    kept = y[0]  # the caller keeps one tensor of it ...
+    view = call(4)[1][:1]  # ... and a view of the next one
+    y = call(5)
+    assert y[0].data_ptr() not in {kept.data_ptr(), first[0]} and float(kept[0]) == 3  # never overwritten
+    assert int(view[0]) == 4 and float(y[0][0]) == 5
+    held = [call(v) for v in range(6, 12)]  # the caller keeps every output: each call a new set
+    assert [float(h[0][0]) for h in held] == list(range(6, 12)) and len(sets._sets) <= 2

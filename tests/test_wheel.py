@@ -174,3 +174,21 @@ def test_project_wheel_ships_templates_and_runtime(tmp_path):
         assert f"aotcombo/templates/{template}" in names
     assert "aotcombo/runtime/loader.py" in names and "aotcombo/builder/inductor.py" in names
     assert "aotcombo/runtime/_launch.c" in names  # aotcombo.builder.native compiles it when it writes a wheel
+
+
+def test_names_from_forward_and_a_tampered_manifest(built, tmp_path):
+    """The package speaks forward's names; a manifest edited after the build is refused
+    at import, naming the file."""
+    assert [i.name for i in built.manifest.inputs] == ["x", "y"]
+    with zipfile.ZipFile(built.wheel) as z:
+        z.extractall(tmp_path)
+    init = (tmp_path / "smallpkg" / "__init__.py").read_text()
+    assert "outputs = model(x, y)" in init and "Inputs: x float32[8, 32]; y float32[16]." in init
+    probe = [sys.executable, "-c", "import smallpkg; print(smallpkg.manifest.inputs[0].name)"]
+    assert subprocess.run(probe, capture_output=True, text=True, cwd=tmp_path, check=True).stdout == "x\n"
+    path = tmp_path / "smallpkg" / "manifest.json"
+    path.write_text(path.read_text().replace('"num_warps": ', '"num_warps": 1', 1))
+    run = subprocess.run(probe, capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode != 0
+    assert (f"RuntimeError: {path}: its sha256 is not the one the build recorded (it changed after the build): "
+            "the package is damaged or was not built by this aotcombo; reinstall or rebuild it") in run.stderr

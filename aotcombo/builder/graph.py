@@ -205,6 +205,20 @@ class Graph:
         return dict(self.specs)
 
 
+def kernel_only_inputs(graph: Graph) -> frozenset[str]:
+    """User inputs whose storage only the graph's kernels touch: no torch op takes it or a
+    view of it, no output is it or a view of it, and the model does not update it."""
+    owner = {i.name: i.name for i in graph.inputs if i.kind == "user"}
+    touched = {name for name, _ in graph.mutations}
+    for op in graph.ops:
+        if isinstance(op, View) and op.base in owner:
+            owner[op.out] = owner[op.base]
+        elif isinstance(op, Extern):
+            touched.update(owner[n] for n in refs_in((op.args, op.kwargs)) if n in owner)
+    touched.update(owner[n] for n in graph.outputs if n in owner)
+    return frozenset(name for name in owner.values() if name not in touched)
+
+
 def refs_in(value: Any) -> list[str]:
     """Names of every ``Ref`` inside a (nested) argument value."""
     if isinstance(value, Ref):

@@ -1217,7 +1217,7 @@ def output_structure(spec) -> tuple:
     children = tuple(output_structure(c) for c in spec.children())
     if spec.type is type(None):
         return ("none",)
-    if spec.type is dict:
+    if spec.type is dict or _is_model_output(spec.type):  # a transformers ModelOutput comes back as a dict
         return ("dict", tuple(spec.context), children)
     if spec.type is list:
         return ("list", children)
@@ -1229,6 +1229,12 @@ def output_structure(spec) -> tuple:
         f"the model returns a {spec.type.__name__}; aotcombo packages tensors in (nested) tuples, lists and dicts",
         fix="return a tuple or dict of tensors from forward()",
     )
+
+
+def _is_model_output(kind) -> bool:
+    """A transformers ``ModelOutput`` (an OrderedDict whose pytree context is its keys)."""
+    return isinstance(kind, type) and any(c.__name__ == "ModelOutput" and c.__module__.startswith("transformers.")
+                                          for c in kind.__mro__)
 
 
 def _real_tensor(module: torch.nn.Module, dotted: str, constants: dict) -> torch.Tensor:

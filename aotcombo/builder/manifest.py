@@ -106,32 +106,36 @@ def _variant(v: Variant, key: str, files: _Files, prefix: str) -> m.Variant:
                      stats=stats(v.plan))
 
 
-def _inputs(graph: g.Graph) -> tuple[m.Input, ...]:
-    mutated = {name for name, _ in graph.mutations}
+def _inputs(graph: g.Graph, names: tuple[str, ...]) -> tuple[m.Input, ...]:
+    """The user inputs, by the names forward gives them (``names``, in order)."""
+    mutated, direct = {name for name, _ in graph.mutations}, g.kernel_only_inputs(graph)
     user = sorted((i for i in graph.inputs if i.kind == "user"), key=lambda i: i.key)
-    return tuple(m.Input(name=i.name, dtype=i.spec.dtype, shape=i.spec.shape, stride=i.spec.stride, align=16,
-                         mutated=i.name in mutated) for i in user)
+    return tuple(m.Input(name=names[i.key], dtype=i.spec.dtype, shape=i.spec.shape, stride=i.spec.stride, align=16,
+                         mutated=i.name in mutated, direct=i.name in direct) for i in user)
 
 
-def _specialization(batch: int | None, variants: list[Variant], files: _Files) -> m.Specialization:
+def _specialization(batch: int | None, variants: list[Variant], files: _Files,
+                    names: tuple[str, ...]) -> m.Specialization:
     """One input shape: a variant per cubin arch, and the PTX of the lowest arch."""
     prefix = f"b{batch}_" if batch is not None else ""
     entries = {f"sm_{v.arch}": _variant(v, f"sm_{v.arch}", files, prefix) for v in variants}
     lowest = min(variants, key=lambda v: v.arch)
     entries["ptx"] = _variant(lowest, "ptx", files, prefix)
-    return m.Specialization(batch=batch, inputs=_inputs(lowest.plan.graph), variants=entries)
+    return m.Specialization(batch=batch, inputs=_inputs(lowest.plan.graph, names), variants=entries)
 
 
 def assemble(name: str, version: str, archs, shapes: m.ShapeMode, variants: list[Variant],
-             weights: dict, weights_file: bytes | None, external=frozenset()) -> Contents:
+             weights: dict, weights_file: bytes | None, input_names: tuple[str, ...],
+             external=frozenset()) -> Contents:
     """The package's manifest and files (the runtime and ``__init__.py`` excepted: ``wheel``
     adds those). ``weights``: the model's tensors by name, in program order;
-    ``weights_file``: the ``torch.save`` of those not ``external`` (None: all are)."""
+    ``weights_file``: the ``torch.save`` of those not ``external`` (None: all are);
+    ``input_names``: the user inputs' names (signature.input_names)."""
     files = _Files()
     by_batch: dict = {}
     for v in variants:
         by_batch.setdefault(v.batch, []).append(v)
-    specializations = tuple(_specialization(b, by_batch[b], files) for b in sorted(by_batch, key=lambda b: b or 0))
+    specializations = tuple(_specialization(b, by_batch[b], files, input_names) for b in sorted(by_batch, key=lambda b: b or 0))
     if weights_file is not None:
         files.files[WEIGHTS_FILE] = weights_file
     state = variants[0].plan.graph.state

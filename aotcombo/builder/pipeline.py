@@ -25,6 +25,7 @@ from .cache import Cache
 from .check import check_on_meta
 from .environment import check_environment
 from .manifest import Variant, assemble, stats
+from .signature import input_names
 from .options import BuildOptions
 from .wheel import save_weights, write_wheels
 
@@ -112,7 +113,8 @@ def build_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]
         external = set(model.state_dict()) & set(named) if options.weights == "external" else set()
         packaged = [t for name, t in named.items() if name not in external]
         contents = assemble(options.name, options.version, options.archs, shapes, variants, named,
-                            save_weights(packaged) if packaged or not external else None, external)
+                            save_weights(packaged) if packaged or not external else None,
+                            input_names(model, len(example_inputs)), external)
         wheels = write_wheels(options.out, contents, options.native)
     for wheel in wheels:
         reporter.line(f"wrote {wheel}")

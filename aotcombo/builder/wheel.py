@@ -77,20 +77,31 @@ def package_files(contents: Contents, launcher: bytes | None) -> dict[str, bytes
         files[f"{name}/_runtime/{native.FILENAME}"] = launcher
     for path, data in contents.files.items():
         files[f"{name}/{path}"] = data
-    files[f"{name}/manifest.json"] = manifest.to_json().encode()
+    files[f"{name}/manifest.json"] = manifest_json = manifest.to_json().encode()
     files[f"{name}/__init__.py"] = render(
         "package_init.py.j2",
         name=name,
         version=__version__,
-        inputs=[i.name for i in manifest.inputs],
+        inputs=_call_arguments([i.name for i in manifest.inputs]),
         input_specs=[f"{i.name} {i.dtype}[{', '.join(map(str, i.shape))}]" for i in manifest.inputs],
         archs=", ".join(f"sm_{a}" for a in manifest.archs),
         ptx_arch=manifest.ptx_arch,
         batch=_shapes_sentence(manifest.shapes),
         external=bool(manifest.weights.external),
         state=list(manifest.weights.state),
+        manifest_sha256=hashlib.sha256(manifest_json).hexdigest(),
     ).encode()
     return files
+
+
+def _call_arguments(names: list[str]) -> list[str]:
+    """How a call passes the inputs: by name, and ``*xs`` for those a ``*xs`` collects."""
+    shown = []
+    for name in names:
+        packed = f"*{name.split('[')[0]}" if name.endswith("]") else name
+        if packed not in shown:
+            shown.append(packed)
+    return shown
 
 
 def _shapes_sentence(shapes) -> str:

@@ -3,7 +3,8 @@
 ``Package(dir).load("cuda:0")`` reads the package's manifest.json, picks the cubin (or PTX)
 variant for the GPU, loads its kernels through the CUDA driver API (``cuda``, ctypes), moves
 the weights to the device once, and returns a model: by default a ``GraphModel`` that
-replays the whole forward as one CUDA graph (graphs.py), else a ``Model`` that runs the
+replays the whole forward as one CUDA graph (graphs.py; captured at its second call, the
+first runs op by op), else a ``Model`` that runs the
 package's generated program op by op; a package built for several batch sizes gives a
 ``BucketedModel`` (buckets.py) or, with a dynamic batch, a ``GraphPerSize`` (a graph per
 batch size). Calls check the inputs against the manifest first.
@@ -19,7 +20,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-_MODULES = ("buckets", "cuda", "graphs", "inputs", "loader", "manifest")
+_MODULES = ("buckets", "cuda", "graphs", "inputs", "loader", "manifest", "repoint", "state")
 
 
 def __getattr__(name):

@@ -2,7 +2,8 @@
 
 A call reads dim 0 of its first batched input and looks its bucket up in a list indexed by
 the batch size: O(1). Each bucket is loaded (and, in graph mode, captured) at its first
-call, or all at once by ``warm_up()``: in graph mode each captured bucket holds its own
+call (in graph mode captured at its second), or all at once by ``warm_up()``: in graph
+mode each captured bucket holds its own
 graph memory pool, the forward's peak at that size, for the model's life.
 
 Padding (when the package was built with ``--pad``): a batch between buckets runs in the
@@ -17,6 +18,7 @@ import threading
 import torch
 
 from .graphs import flatten, unflatten
+from .inputs import bind
 from .manifest import Buckets
 
 
@@ -63,9 +65,11 @@ class BucketedModel:
         return model
 
     def warm_up(self) -> None:
-        """Load (and in graph mode capture) every bucket now rather than at its first call."""
+        """Load (and in graph mode capture) every bucket now rather than at its first calls."""
         for size in self.sizes:
-            self.bucket(size)
+            model = self.bucket(size)
+            if hasattr(model, "capture"):
+                model.capture()
 
     def state(self) -> dict[str, torch.Tensor]:
         """The buffers forward updates (a KV cache), live, shared by every bucket."""
@@ -87,7 +91,9 @@ class BucketedModel:
             raise TypeError(f"input {i} ({self._names[i]!r}): expected a tensor whose dim 0 is the batch, got {got}")
         return inputs[i].shape[0]
 
-    def __call__(self, *inputs):
+    def __call__(self, *inputs, **named):
+        if named:
+            inputs = bind(self._names, inputs, named)
         n = self._size_of(inputs)
         bucket = self._table[n] if n < len(self._table) else 0
         if not bucket:

@@ -25,10 +25,11 @@ class InputSpec(NamedTuple):
     stride: tuple
     align: int  # bytes the data pointer must be a multiple of
     mutated: bool  # the model updates it in place
+    direct: bool = False  # only the package's kernels read it: graph mode points them at the caller's tensor
 
     @classmethod
     def of(cls, i: Input) -> InputSpec:
-        return cls(i.name, getattr(torch, i.dtype), tuple(i.shape), tuple(i.stride), i.align, i.mutated)
+        return cls(i.name, getattr(torch, i.dtype), tuple(i.shape), tuple(i.stride), i.align, i.mutated, i.direct)
 
     @property
     def batched(self) -> bool:
@@ -65,11 +66,14 @@ def _evaluate(text: str, batch: int) -> int:
 
 
 def check_inputs(specs: list[InputSpec], inputs: tuple, device: torch.device | None = None,
-                 batch_range: tuple[int, int] | None = None) -> None:
+                 batch_range: tuple[int, int] | None = None, exact_layout: bool = True) -> bool:
     """Raise TypeError (type, dtype) or ValueError (the rest) unless the inputs match the specs.
 
     ``device=None`` skips the device check; ``batch_range``: the (min, max) of a dynamic batch.
+    ``exact_layout=False`` accepts any strides and alignment (graph mode copies such inputs
+    into its static ones). Returns whether every input has the spec's strides and alignment.
     """
+    exact = True
     batch = None
     if len(inputs) != len(specs):
         raise ValueError(f"expected {len(specs)} inputs ({', '.join(s.name for s in specs)}), got {len(inputs)}")
@@ -95,32 +99,41 @@ def check_inputs(specs: list[InputSpec], inputs: tuple, device: torch.device | N
             batch = batch or (i, size)
         stride = spec.stride_at(batch[1] if batch else None)
         if t.stride() != stride:
-            raise ValueError(f"{what}: expected stride {stride}, got {t.stride()}")
+            if exact_layout:
+                raise ValueError(f"{what}: expected stride {stride}, got {t.stride()}: pass a tensor of those "
+                                 "strides (graph mode takes any, and copies it)")
+            exact = False
         if t.data_ptr() % spec.align:
-            raise ValueError(f"{what}: expected data_ptr aligned to {spec.align} bytes, got one "
-                             f"{t.data_ptr() % spec.align} bytes past (storage offset {t.storage_offset()})")
+            if exact_layout:
+                raise ValueError(f"{what}: expected data_ptr aligned to {spec.align} bytes, got one "
+                                 f"{t.data_ptr() % spec.align} bytes past (storage offset {t.storage_offset()}): "
+                                 "pass t.clone() (graph mode takes it, and copies it)")
+            exact = False
+    return exact
 
 
-def make_guard(specs: list[InputSpec], device: torch.device, batch_range: tuple[int, int] | None = None):
-    """``guard(inputs)``: check_inputs(specs, inputs, device, batch_range), cheap when they match."""
+def make_guard(specs: list[InputSpec], device: torch.device, batch_range: tuple[int, int] | None = None,
+               exact_layout: bool = True):
+    """``guard(inputs) -> exact``: check_inputs(specs, inputs, device, batch_range, exact_layout),
+    cheap when they match exactly."""
     if any(s.batched for s in specs):
-        return _dynamic_guard(specs, device, batch_range)
-    expected = [(s.dtype, s.shape, s.stride, device, 0) for s in specs]
+        return _dynamic_guard(specs, device, batch_range, exact_layout)
+    expected = [(s.dtype, s.shape, s.stride, _index(device), 0) for s in specs]
     masks, n = [s.align - 1 for s in specs], len(specs)
 
-    def guard(inputs: tuple) -> None:
+    def guard(inputs: tuple) -> bool:
         try:
-            if len(inputs) == n and [(t.dtype, t.shape, t.stride(), t.device, t.data_ptr() & mask)
+            if len(inputs) == n and [(t.dtype, t.shape, t.stride(), t.get_device(), t.data_ptr() & mask)
                                      for t, mask in zip(inputs, masks)] == expected:
-                return
+                return True
         except Exception:  # noqa: BLE001 (not a tensor, or a strideless one: check_inputs names it)
             pass
-        check_inputs(specs, inputs, device)
+        return check_inputs(specs, inputs, device, exact_layout=exact_layout)
 
     return guard
 
 
-def _dynamic_guard(specs: list[InputSpec], device: torch.device, batch_range):
+def _dynamic_guard(specs: list[InputSpec], device: torch.device, batch_range, exact_layout: bool):
     """The guard of a package with a dynamic batch: the expected (dtype, shape, strides,
     device, alignment) of every input at the batch size of the first batched one, made once
     per size seen."""
@@ -133,21 +146,48 @@ def _dynamic_guard(specs: list[InputSpec], device: torch.device, batch_range):
         if size not in expected:
             if len(expected) >= 256:
                 expected.clear()
-            expected[size] = [(s.dtype, s.shape_at(size), s.stride_at(size), device, 0) for s in specs]
+            expected[size] = [(s.dtype, s.shape_at(size), s.stride_at(size), _index(device), 0) for s in specs]
         return expected[size]
 
-    def guard(inputs: tuple) -> None:
+    def guard(inputs: tuple) -> bool:
         try:
             size = inputs[first].shape[dim]
             if low <= size <= high and len(inputs) == n and [
-                    (t.dtype, t.shape, t.stride(), t.device, t.data_ptr() & mask)
+                    (t.dtype, t.shape, t.stride(), t.get_device(), t.data_ptr() & mask)
                     for t, mask in zip(inputs, masks)] == expected_at(size):
-                return
+                return True
         except Exception:  # noqa: BLE001 (check_inputs names it)
             pass
-        check_inputs(specs, inputs, device, batch_range)
+        return check_inputs(specs, inputs, device, batch_range, exact_layout)
 
     return guard
+
+
+_MISSING = object()
+
+
+def _index(device: torch.device) -> int:
+    """What ``Tensor.get_device()`` gives for a tensor on ``device`` (-1: the CPU)."""
+    return -1 if device.type == "cpu" else device.index
+
+
+def bind(names: list[str], args: tuple, named: dict) -> tuple:
+    """The inputs in order from a call by position and keyword (``names``: forward's; those
+    that are not identifiers, such as ``xs[0]`` of a ``*xs``, go by position only)."""
+    if len(args) > len(names):
+        raise TypeError(f"expected {len(names)} inputs ({', '.join(names)}), got {len(args)} by position")
+    values = list(args) + [_MISSING] * (len(names) - len(args))
+    for key, value in named.items():
+        i = names.index(key) if key in names and key.isidentifier() else -1
+        if i < 0:
+            raise TypeError(f"unexpected input {key!r}: the model's inputs are {', '.join(names)}")
+        if i < len(args):
+            raise TypeError(f"input {key!r} given by position and by name")
+        values[i] = value
+    missing = [name for name, value in zip(names, values) if value is _MISSING]
+    if missing:
+        raise TypeError(f"missing input{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}")
+    return tuple(values)
 
 
 def allocate(specs: list[InputSpec], device: torch.device, batch: int | None = None) -> tuple:

@@ -14,10 +14,10 @@ current and puts the other back after.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 import threading
-import warnings
 from typing import NamedTuple
 
 import torch
@@ -25,7 +25,7 @@ import torch
 from . import cuda
 from .buckets import BucketedModel
 from .graphs import GraphModel, GraphPerSize
-from .inputs import InputSpec, allocate, make_guard
+from .inputs import InputSpec, allocate, bind, make_guard
 from .manifest import Buckets, Dynamic, Kernel, Manifest, ManifestError
 from .state import State, weights_for_load
 
@@ -120,9 +120,18 @@ class Model:
         self.mutated = tuple(i for i, s in enumerate(self.specs) if s.mutated)
         self.guard = make_guard(self.specs, self.device, self.batch_range) if check_inputs else None
         self._context, self._forward, self._kernels = loaded.context, loaded.forward, loaded.kernels
+        self.context = loaded.context  # the device's primary context (a CUcontext)
         self._index, self._bound, self._static = self.device.index, {}, None
+        self.names = [s.name for s in self.specs]
 
-    def __call__(self, *inputs):
+    @property
+    def kernels(self) -> list:
+        """The package's kernels as loaded (cuda.Kernel, or GridPerCall for a dynamic grid)."""
+        return self._kernels
+
+    def __call__(self, *inputs, **named):
+        if named:
+            inputs = bind(self.names, inputs, named)
         if self.guard is not None:
             self.guard(inputs)
         return self.run(inputs)
@@ -183,10 +192,13 @@ def _device_index(device) -> int:
 
 
 class Package:
-    """The package in ``pkg_dir``, imported as ``import_name`` (default: the manifest's name)."""
+    """The package in ``pkg_dir``, imported as ``import_name`` (default: the manifest's name);
+    ``manifest_sha256``: the manifest's, as the build wrote it into the package's ``__init__``
+    (checked when the manifest is read; each kernel image is checked against the sha256 the
+    manifest gives it as it loads, the weights file against its size)."""
 
-    def __init__(self, pkg_dir, import_name: str | None = None):
-        self.dir, self._import_name = os.fspath(pkg_dir), import_name
+    def __init__(self, pkg_dir, import_name: str | None = None, manifest_sha256: str | None = None):
+        self.dir, self._import_name, self._manifest_sha256 = os.fspath(pkg_dir), import_name, manifest_sha256
         self._manifest, self._loaded, self._devices, self._lock = None, {}, {}, threading.Lock()
 
     @property
@@ -195,7 +207,10 @@ class Package:
             path = os.path.join(self.dir, "manifest.json")
             try:
                 with open(path, "rb") as f:
-                    self._manifest = Manifest.from_json(f.read())
+                    data = f.read()
+                if self._manifest_sha256 and hashlib.sha256(data).hexdigest() != self._manifest_sha256:
+                    raise ManifestError("its sha256 is not the one the build recorded (it changed after the build)")
+                self._manifest = Manifest.from_json(data)
             except (OSError, ManifestError) as e:
                 raise RuntimeError(f"{path}: {e}: the package is damaged or was not built by this aotcombo; "
                                    "reinstall or rebuild it") from None
@@ -239,17 +254,10 @@ class Package:
         model = Model(self._loaded[index, bucket], weights, state, check_inputs)
         if graphs is False:
             return model
-        if isinstance(self.manifest.shapes, Dynamic):  # a graph per size, at its first call
+        if isinstance(self.manifest.shapes, Dynamic):  # a graph per size, at its second call
             return GraphPerSize(model, copy_outputs, strict=bool(graphs))
-        try:
-            return GraphModel.capture(model, copy_outputs)
-        except Exception as e:
-            message = f"{self.manifest.name}: capturing the forward in a CUDA graph failed: {e}"
-            if graphs:
-                raise RuntimeError(f"{message}; load(..., graphs=False) runs it op by op") from e
-            warnings.warn(f"{message}; running it op by op (load(..., graphs=False) skips the capture)",
-                          stacklevel=3)
-            return model
+        graph = GraphModel(model, copy_outputs, strict=bool(graphs))
+        return graph.capture() if graphs else graph  # graphs=True: now, so that a failed capture raises here
 
     def _device(self, index: int) -> _Device:
         """What is loaded once per device: the variant chosen, the context, weights, modules."""
@@ -258,14 +266,27 @@ class Package:
             variant = choose_variant(m, props.major * 10 + props.minor, props.name)
             device = torch.device("cuda", index)
             packaged = [t.name for t in m.weights.tensors if not t.external]
-            tensors = torch.load(os.path.join(self.dir, m.weights.file), weights_only=True,
-                                 map_location=device) if m.weights.file else []
+            tensors = self._weights(device) if m.weights.file else []
             if len(tensors) != len(packaged):
                 raise RuntimeError(f"{m.weights.file}: {len(tensors)} tensors, the manifest lists {len(packaged)}: "
                                    "the package is damaged; reinstall or rebuild it")
             self._devices[index] = _Device(device, variant, cuda.primary_context(index),
                                            dict(zip(packaged, tensors)), {})
         return self._devices[index]
+
+    def _weights(self, device: torch.device) -> list:
+        """The packaged tensors, loaded onto ``device``."""
+        w = self.manifest.weights
+        path = os.path.join(self.dir, w.file)
+        size = os.path.getsize(path) if os.path.exists(path) else None
+        if size != w.file_bytes:
+            found = "is missing" if size is None else f"has {size} bytes, the manifest says {w.file_bytes}"
+            raise RuntimeError(f"{path} {found}: the package is damaged; reinstall or rebuild it")
+        try:
+            return torch.load(path, weights_only=True, map_location=device)
+        except Exception as e:  # noqa: BLE001 - a damaged pickle raises anything
+            raise RuntimeError(f"{path}: cannot be read ({type(e).__name__}: {e}): the package is damaged; "
+                               "reinstall or rebuild it") from None
 
     def _load(self, index: int, bucket: int | None) -> Loaded:
         """One input shape (the package's, or one bucket's) loaded on a device."""
@@ -290,7 +311,11 @@ class Package:
             path = os.path.join(self.dir, k.image)
             try:
                 with open(path, "rb") as f:
-                    dev.modules[k.image] = cuda.load_module(f.read())
+                    image = f.read()
+                if hashlib.sha256(image).hexdigest() != k.sha256:
+                    raise cuda.CudaError("its sha256 is not the one the manifest records: the package is damaged "
+                                         "(a file changed after the build); reinstall or rebuild it")
+                dev.modules[k.image] = cuda.load_module(image)
             except (OSError, cuda.CudaError) as e:
                 raise cuda.CudaError(f"{path}: {e}") from None
         kernel = cuda.Kernel(cuda.get_function(dev.modules[k.image], k.function), k.grid, k.num_warps, k.shared,

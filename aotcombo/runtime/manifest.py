@@ -87,6 +87,9 @@ class Input:
     stride: tuple[Union[int, str], ...]
     align: int = 16  # bytes the data pointer must be a multiple of
     mutated: bool = False  # the model updates it in place
+    # Only the package's kernels touch it (no torch op, no output is it or a view of it):
+    # graph mode can point those kernels at the caller's tensor instead of copying it in.
+    direct: bool = False
 
 
 @dataclass(frozen=True)

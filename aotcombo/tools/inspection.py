@@ -277,6 +277,13 @@ def _inputs_line(inputs: list[dict], show: int = 6) -> str:
     def one(i):
         return f"{i['name']} {i['dtype']}[{', '.join(map(str, i['shape']))}] stride {tuple(i['stride'])}"
 
+    direct = sum(bool(i.get("direct")) for i in inputs)
+    note = f" ({direct} of {len(inputs)} read in place in graph mode: only the package's kernels read them)" \
+        if direct else ""
+    return _listed(inputs, show, one) + note
+
+
+def _listed(inputs: list[dict], show: int, one) -> str:
     if len(inputs) <= show:
         return "inputs: " + "; ".join(one(i) for i in inputs)
     size = 0

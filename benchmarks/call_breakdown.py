@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Where the default call's time goes: the same package loaded several ways, one run.
+
+    PYTHONPATH=<site with the wheels>:.:tests python3 benchmarks/call_breakdown.py branches transformer_block
+
+Per model, synchronized wall clock per call (median of ``--calls``), all in this process:
+- ``default``: ``load("cuda")``, four input sets rotating (the kernels re-pointed each call);
+- ``same_inputs``: the same, one input set every call (no re-pointing);
+- ``unchecked``: ``check_inputs=False``, input sets rotating;
+- ``static_outputs``: ``copy_outputs=False``, input sets rotating;
+- ``static``: ``m(*m.static_inputs())`` with ``copy_outputs=False`` (the serving path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
+
+import torch  # noqa: E402
+
+from zoo_bench import measure, sample  # noqa: E402
+from gpu_support import import_package  # noqa: E402
+
+
+def breakdown(name: str, calls: int) -> dict:
+    package = import_package(name)
+    _, sets = sample(name)
+    row = {"model": name}
+    with torch.no_grad():
+        for label, options, inputs in (("default", {}, sets), ("same_inputs", {}, sets[:1]),
+                                       ("unchecked", {"check_inputs": False}, sets),
+                                       ("static_outputs", {"copy_outputs": False}, sets)):
+            row[label] = measure(package.load("cuda", **options), inputs, calls)
+        static = package.load("cuda", copy_outputs=False)
+        for dst, src in zip(static.static_inputs(), sets[0]):
+            dst.copy_(src)
+        row["static"] = measure(static, [static.static_inputs()], calls)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("models", nargs="+")
+    parser.add_argument("--calls", type=int, default=300)
+    args = parser.parse_args()
+    print(f"{'model':20} " + " ".join(f"{k:>15}" for k in ("default", "same_inputs", "unchecked", "static_outputs",
+                                                          "static")) + "  (ms, medians)")
+    for name in args.models:
+        r = breakdown(name, args.calls)
+        print(f"{name:20} " + " ".join(f"{r[k]:15.4f}" for k in ("default", "same_inputs", "unchecked",
+                                                               "static_outputs", "static")), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""The call a user writes, ``y = m(x)``, on a GPU: the default load answers its first call op by
+op and captures at the second; inputs only the package's kernels read are not copied in;
+inputs of any strides or alignment are right in graph mode; keywords; a damaged package
+is refused at load with the file named.
+
+Tolerances: those of gpu_support.compare (relative L2: 1e-4 fp32, 1e-2 bf16/fp16).
+Run on the device machine through ``scripts/gpu_check.sh``.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from gpu_support import compare, fresh_like, import_package
+
+pytestmark = pytest.mark.gpu
+
+
+def _check(name, got, ref, what):
+    for error, tolerance in compare(got, ref):
+        assert error <= tolerance, f"{name} ({what}): relative L2 error {error:.2e} > {tolerance:.0e}"
+
+
+def _eager(model, inputs):
+    with torch.no_grad():
+        return model(*inputs)
+
+
+def test_default_load_answers_first_then_captures(sample):
+    name, model, example = sample
+    loaded = import_package(name).load("cuda")
+    generator = torch.Generator(device="cuda").manual_seed(7)
+    for call in range(4):
+        inputs = [fresh_like(t, generator) for t in example]
+        _check(name, loaded(*inputs), _eager(model, inputs), f"call {call}")
+        assert (loaded._graph is None) is (call == 0), "op by op first, captured at the second call"
+
+
+def test_direct_inputs_are_read_in_place(sample):
+    """Inputs only the package's kernels read are not copied: the static buffers keep their
+    contents through calls with the caller's tensors, and each answer is the caller's."""
+    name, model, example = sample
+    package = import_package(name)
+    direct = [i for i, spec in enumerate(package.manifest.inputs) if spec.direct]
+    loaded = package.load("cuda", graphs=True)
+    static = loaded.static_inputs()
+    generator = torch.Generator(device="cuda").manual_seed(11)
+    for s, t in zip(static, example):
+        s.copy_(fresh_like(t, generator))
+    kept = [s.clone() for s in static]
+    print(f"\n{name}: {len(direct)} of {len(static)} inputs read in place "
+          f"(re-pointed: {loaded._repoint is not None})")
+    if direct:
+        assert loaded._repoint is not None and loaded._repoint.inputs == direct
+    for trial in range(3):
+        inputs = [fresh_like(t, generator) for t in example]
+        _check(name, loaded(*inputs), _eager(model, inputs), f"caller's tensors, trial {trial}")
+        for i in direct:
+            assert torch.equal(static[i], kept[i]), f"input {i} was copied into its static buffer"
+        for s, k in zip(static, kept):  # then the static inputs themselves: pointed back at them
+            s.copy_(k)
+        _check(name, loaded(*static), _eager(model, list(static)), f"static inputs, trial {trial}")
+
+
+def test_any_strides_and_alignment_in_graph_mode(sample):
+    name, model, example = sample
+    loaded = import_package(name).load("cuda", graphs=True)
+    generator = torch.Generator(device="cuda").manual_seed(13)
+    for what in ("transposed", "misaligned"):
+        inputs = []
+        for t in example:
+            fresh = fresh_like(t, generator)
+            if what == "transposed" and fresh.dim() >= 2:
+                fresh = fresh.transpose(0, 1).contiguous().transpose(0, 1)
+            elif what == "misaligned":
+                fresh = torch.empty(fresh.numel() + 1, dtype=fresh.dtype, device="cuda")[1:].view(fresh.shape) \
+                    .copy_(fresh)
+            inputs.append(fresh)
+        _check(name, loaded(*inputs), _eager(model, inputs), what)
+
+
+def test_keywords_and_names():
+    package = import_package("transformer_block")
+    names = [i.name for i in package.manifest.inputs]
+    assert names == ["x"] and "model(x)" in package.__doc__
+    for options in ({}, {"graphs": False}):
+        loaded = package.load("cuda", **options)
+        x = torch.randn(4, 256, 768, dtype=torch.bfloat16, device="cuda")
+        assert torch.equal(loaded(x=x), loaded(x))
+        with pytest.raises(TypeError, match=r"unexpected input 'y': the model's inputs are x"):
+            loaded(y=x)
+
+
+def test_a_damaged_kernel_image_is_refused_at_load(tmp_path):
+    """Bytes overwritten in the middle of a cubin: a clear error naming the file, at load,
+    and the process's CUDA context still works."""
+    package = import_package("transformer_block")
+    copy = tmp_path / "transformer_block"
+    shutil.copytree(package._package.dir, copy)
+    kernel = package.manifest.specializations[0].variants["sm_90"].kernels[0]
+    image = copy / kernel.image
+    data = bytearray(image.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 64] = b"\xff" * 64
+    image.write_bytes(bytes(data))
+    runtime = type(package._package)
+    with pytest.raises(RuntimeError, match=rf"{image}: its sha256 is not the one the manifest records: the "
+                                           r"package is damaged"):
+        runtime(copy, "transformer_block").load("cuda")
+    assert torch.ones(4, device="cuda").sum().item() == 4
