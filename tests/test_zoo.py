@@ -334,3 +334,73 @@ def test_attention_dropout_error_names_the_line(tmp_path):
         build_package(AttentionDropout(), (torch.randn(1, 2, 8, 8),), arch=["sm_90"], out=tmp_path / "out", cache=False)
     message = str(info.value)
     assert "dropout_p" in message and "test_zoo.py:" in message and "dropout_p=0.1)" in message
+
+
+# --- a transformers model as it is: its names, its ModelOutput ------------------------
+
+
+def test_transformers_model_keeps_its_names_and_output_keys(tmp_path):
+    """A BertModel packaged without a wrapper: the inputs are named after forward's
+    parameters (input_ids, attention_mask) and the ModelOutput comes back as a dict with
+    its keys, values within 1e-4 (fp32) of eager."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=16, attn_implementation="sdpa")
+    model = transformers.BertModel(config).eval()
+    g = torch.Generator().manual_seed(0)
+    example = (torch.randint(0, 100, (2, 8), generator=g), torch.ones(2, 8, dtype=torch.int64))
+    result = build_package(model, example, arch=["sm_90"], out=tmp_path / "dist", cache=False)
+    assert [i.name for i in result.manifest.inputs] == ["input_ids", "attention_mask"]
+    inputs = (torch.randint(0, 100, (2, 8), generator=g), torch.tensor([[1] * 8, [1] * 5 + [0] * 3]))
+    with torch.no_grad():
+        ref = model(*inputs)
+    got = interpret.run_variant(result, 0, list(inputs))
+    assert isinstance(got, dict) and list(got) == list(ref.keys()) == ["last_hidden_state", "pooler_output"]
+    check(list(got.values()), list(ref.values()))
+
+
+# --- embedding bags as kernels (builder/decompositions.py) ------------------------------
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+@pytest.mark.parametrize("weighted, last_offset", [(False, False), (True, False), (False, True)])
+def test_embedding_bag_decomposition_matches_eager(mode, weighted, last_offset):
+    from aotcombo.builder.decompositions import embedding_bag
+
+    if weighted and mode == "mean":
+        pytest.skip("per-sample weights need mode='sum'")
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randn(50, 8, generator=g)
+    ids = torch.randint(0, 50, (11,), generator=g)
+    offsets = torch.tensor([0, 0, 3, 3, 7] + ([11] if last_offset else []))  # empty bags first and inside
+    per_sample = torch.rand(11, generator=g) if weighted else None
+    ref = torch.nn.functional.embedding_bag(ids, weight, offsets, mode=mode, per_sample_weights=per_sample,
+                                            include_last_offset=last_offset)
+    got = embedding_bag(weight, ids, offsets, mode=["sum", "mean"].index(mode), per_sample_weights=per_sample,
+                        include_last_offset=last_offset)[0]
+    assert torch.allclose(got, ref, atol=1e-6)
+
+
+def test_embedding_bags_become_combo_kernels(tmp_path):
+    """The DLRM's 26 EmbeddingBag lookups are no extern calls: the forward is a handful of
+    launches, far under Inductor's 40 (checked against eager under the interpreter by
+    test_zoo_model_matches_eager[dlrm])."""
+    module = load_zoo("dlrm")
+    result = build_package(module.get_model(), module.get_example_inputs(), arch=["sm_90"], out=tmp_path, cache=False)
+    plan = result.variants[0].plan
+    assert not any("embedding_bag" in op.op for op in plan.ops if hasattr(op, "op"))
+    assert len(plan.combos) + plan.extern_calls <= 20
+    max_bag = torch.nn.EmbeddingBag(10, 4, mode="max")  # max mode stays an extern call
+
+    class Max(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bag = max_bag
+
+        def forward(self, ids, offsets):
+            return self.bag(ids, offsets)
+
+    kept = build_package(Max().eval(), (torch.tensor([1, 2, 3]), torch.tensor([0, 1])), arch=["sm_90"],
+                         out=tmp_path / "max", cache=False)
+    assert any("embedding_bag" in op.op for op in kept.variants[0].plan.ops if hasattr(op, "op"))

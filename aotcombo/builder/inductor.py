@@ -29,7 +29,7 @@ from unittest import mock
 import sympy
 import torch
 
-from . import graph as g
+from . import decompositions, graph as g
 from ..errors import UnsupportedModelError
 from ..runtime.manifest import BATCH, Dynamic
 from .usercode import where
@@ -981,8 +981,10 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor
                    "forward updates one, register it with self.register_buffer" if loose else ""),
             ) from exc
         _reject_data_dependent_shapes(ep)
-        # Functional ATen: in-place updates of inputs become extra outputs.
-        ep = ep.run_decompositions({})
+        # Functional ATen: in-place updates of inputs become extra outputs; fallbacks with a
+        # plain formulation become ops Inductor writes kernels for (decompositions.py).
+        # (Not when counting Inductor's own launches: torch.compile makes those fallbacks.)
+        ep = ep.run_decompositions({} if inductor_combo_kernels else dict(decompositions.TABLE))
         signature = ep.graph_signature
         _scatter_into_whole_buffers(ep)
         state = _write_state_in_place(ep)
