@@ -11,9 +11,35 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# The floor's device rates: the H100's measured device-to-device copy (benchmarks/results/llm_bench.log)
+# and its dense matmul peaks (bf16/fp16 tensor cores; fp32 without TF32, as the checks run).
+COPY_BYTES_PER_S = 3.0e12
+MATMUL_FLOPS_PER_S = {"bfloat16": 989e12, "float16": 989e12, "float32": 67e12}
+
+
+def roofline_us(name: str, dtype: str) -> tuple[float, float, float]:
+    """(MB moved, GFLOP, floor in µs) of one forward of a zoo model: weights, inputs and outputs
+    read or written once, FLOPs as torch's FlopCounterMode counts them (matmuls, convolutions,
+    attention), on the file's example inputs; floor = max(bytes / copy rate, FLOPs / matmul peak)."""
+    import torch
+    from torch.utils import _pytree
+    from torch.utils.flop_counter import FlopCounterMode
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    import zoo_support
+
+    module = zoo_support.model_file(name)
+    model, inputs = module.get_model(), module.get_example_inputs()
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        outputs = model(*inputs)
+    tensors = list(model.state_dict().values()) + list(inputs) + [t for t in _pytree.tree_leaves(outputs)
+                                                                   if isinstance(t, torch.Tensor)]
+    moved, flops = sum(t.numel() * t.element_size() for t in tensors), counter.get_total_flops()
+    return moved / 1e6, flops / 1e9, 1e6 * max(moved / COPY_BYTES_PER_S, flops / MATMUL_FLOPS_PER_S[dtype])
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -46,19 +72,23 @@ def table(results: Path, device: str) -> str:
         "`torch.compile(mode=\"reduce-overhead\")` (RO); ours *default* (`m(x)`: graph mode, inputs copied in, "
         "outputs copied out) and *static* (`m(*m.static_inputs())`, `copy_outputs=False`). "
         "`benchmarks/zoo_bench.py`, all variants of a model in one process.",
+        "- **floor**: the roofline floor of one forward on the H100, max(bytes / 3.0 TB/s copy, FLOPs / dense "
+        "matmul peak: 989 TFLOP/s bf16/fp16, 67 fp32), with the MB and GFLOP it is made of "
+        "(`scripts/zoo_table.py`, torch's FlopCounterMode on the example inputs); **static / floor**: how far the "
+        "serving path is above it.",
         "",
         "- **build**: `scripts/build_zoo.py` on the 2-core build machine (sm_90, warm kernel cache where the "
         "kernels were unchanged); **wheel**: the platform wheel's size; **private ops**: extern calls outside "
         "torch's public API (a package records them; `load` checks the torch range).",
         "",
         "| model | dtype | kernels → launches (ours / Inductor combo) | match | eager | RO | ours default | ours static "
-        "| RO / default | RO / static | build | wheel | private ops |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| RO / default | RO / static | floor (MB, GFLOP) | static / floor | build | wheel | private ops |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name in sorted(builds):
         b, rows, t = builds[name], checks.get(name, []), bench.get(name, {})
         if "error" in b:
-            lines.append(f"| {name} | – | build failed: {b['error']} | | | | | | | | | | |")
+            lines.append(f"| {name} | – | build failed: {b['error']} | | | | | | | | | | | | |")
             continue
         if rows:
             worst = max(rows, key=lambda r: r.get("error", 1.0) / max(r.get("tolerance", 1e-4), 1e-30))
@@ -71,9 +101,12 @@ def table(results: Path, device: str) -> str:
         ro = t.get("compile_ro_ms")
         ratios = (f"{ro / t['ours_default_ms']:.2f}× | {ro / t['ours_static_ms']:.2f}×"
                   if ro and "ours_static_ms" in t else "– | –")
+        mb, gflop, floor = roofline_us(name, b["dtype"])
+        above = f"{t['ours_static_ms'] * 1e3 / floor:.0f}×" if "ours_static_ms" in t else "–"
         lines.append(f"| {name} | {b['dtype']} | {b['kernels']} → {b['launches']} / {b['inductor_combo_launches']} "
                      f"| {match} | {_ms(t, 'eager_ms')} | {_ms(t, 'compile_ro_ms')} | {_ms(t, 'ours_default_ms')} "
-                     f"| {_ms(t, 'ours_static_ms')} | {ratios} | {b['build_s']:.0f} s | {b['wheel_bytes'] / 1e6:.1f} MB "
+                     f"| {_ms(t, 'ours_static_ms')} | {ratios} | {floor:.1f} µs ({mb:.1f}, {gflop:.2f}) | {above} "
+                     f"| {b['build_s']:.0f} s | {b['wheel_bytes'] / 1e6:.1f} MB "
                      f"| {', '.join(f'`{op}`' for op in b['private_ops']) or 'none'} |")
     return "\n".join(lines) + "\n"
 
