@@ -29,7 +29,7 @@ from unittest import mock
 import sympy
 import torch
 
-from . import decompositions, graph as g
+from . import decompositions, graph as g, linears
 from ..errors import UnsupportedModelError
 from ..runtime.manifest import BATCH, Dynamic
 from .usercode import where
@@ -985,6 +985,8 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor
         # plain formulation become ops Inductor writes kernels for (decompositions.py).
         # (Not when counting Inductor's own launches: torch.compile makes those fallbacks.)
         ep = ep.run_decompositions({} if inductor_combo_kernels else dict(decompositions.TABLE))
+        if not inductor_combo_kernels:
+            linears.combine(ep, module)
         signature = ep.graph_signature
         _scatter_into_whole_buffers(ep)
         state = _write_state_in_place(ep)

@@ -13,7 +13,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from ..runtime import manifest as m
-from . import codegen, graph as g
+from . import codegen, graph as g, linears
 from .environment import RUNTIME_TORCH, tool_versions
 from .plan import ComboLaunch, Plan
 
@@ -124,13 +124,21 @@ def _specialization(batch: int | None, variants: list[Variant], files: _Files,
     return m.Specialization(batch=batch, inputs=_inputs(lowest.plan.graph, names), variants=entries)
 
 
+def _tensor(name: str, t, external: bool, rows: dict) -> m.Tensor:
+    parts = linears.parts(name) or ()
+    return m.Tensor(name, str(t.dtype).removeprefix("torch."), tuple(t.shape), external, tuple(parts),
+                    tuple(rows[p] for p in parts))
+
+
 def assemble(name: str, version: str, archs, shapes: m.ShapeMode, variants: list[Variant],
              weights: dict, weights_file: bytes | None, input_names: tuple[str, ...],
-             external=frozenset()) -> Contents:
+             external=frozenset(), part_rows: dict | None = None) -> Contents:
     """The package's manifest and files (the runtime and ``__init__.py`` excepted: ``wheel``
     adds those). ``weights``: the model's tensors by name, in program order;
     ``weights_file``: the ``torch.save`` of those not ``external`` (None: all are);
-    ``input_names``: the user inputs' names (signature.input_names)."""
+    ``input_names``: the user inputs' names (signature.input_names); ``part_rows``: the rows
+    of each model tensor a combined weight is made of (linears.py)."""
+    parts_rows = part_rows or {}
     files = _Files()
     by_batch: dict = {}
     for v in variants:
@@ -151,8 +159,7 @@ def assemble(name: str, version: str, archs, shapes: m.ShapeMode, variants: list
         specializations=specializations,
         weights=m.Weights(
             file=WEIGHTS_FILE if weights_file is not None else None,
-            tensors=tuple(m.Tensor(name, str(t.dtype).removeprefix("torch."), tuple(t.shape), name in external)
-                          for name, t in weights.items()),
+            tensors=tuple(_tensor(name, t, name in external, parts_rows) for name, t in weights.items()),
             file_bytes=len(weights_file or b""), sha256=hashlib.sha256(weights_file or b"").hexdigest(),
             state=tuple(name for name in weights if name in state)),
         extern_ops=tuple(sorted({op.op for v in variants for op in v.plan.ops if isinstance(op, g.Extern)})),

@@ -26,6 +26,7 @@ from .check import check_on_meta
 from .environment import check_environment
 from .manifest import Variant, assemble, stats
 from .signature import input_names
+from . import linears
 from .options import BuildOptions
 from .wheel import save_weights, write_wheels
 
@@ -110,11 +111,15 @@ def build_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]
     with reporter.stage("package wheel", timing_key="package"):
         # --weights external: the model's state_dict comes at load time; tensors outside it
         # (non-persistent buffers, constants the trace lifted) stay in the package
-        external = set(model.state_dict()) & set(named) if options.weights == "external" else set()
+        # (a combined weight is external when all the tensors it is made of are)
+        state_dict = model.state_dict()
+        external = {name for name in named if all(p in state_dict for p in linears.parts(name) or [name])} \
+            if options.weights == "external" else set()
         packaged = [t for name, t in named.items() if name not in external]
+        rows = {p: state_dict[p].shape[0] for name in named for p in linears.parts(name) or ()}
         contents = assemble(options.name, options.version, options.archs, shapes, variants, named,
                             save_weights(packaged) if packaged or not external else None,
-                            input_names(model, len(example_inputs)), external)
+                            input_names(model, len(example_inputs)), external, rows)
         wheels = write_wheels(options.out, contents, options.native)
     for wheel in wheels:
         reporter.line(f"wrote {wheel}")

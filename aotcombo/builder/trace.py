@@ -16,7 +16,7 @@ import torch
 
 from ..runtime.inputs import at_batch
 from ..runtime.manifest import BATCH, Dynamic
-from . import graph as g
+from . import graph as g, linears
 
 
 @dataclass
@@ -37,7 +37,8 @@ def _weights_of(model, graph, constants: dict) -> dict | None:
         if i.kind != "weight":
             continue
         try:
-            weights[i.key] = operator.attrgetter(i.key)(model).detach()
+            weights[i.key] = linears.combined(model, i.key) if linears.parts(i.key) else \
+                operator.attrgetter(i.key)(model).detach()
         except AttributeError:
             if i.key not in constants:
                 return None
@@ -49,6 +50,8 @@ def _lifted_constants(model, weights: dict) -> dict:
     """The weights a trace found that are not attributes of the model, as plain data."""
     out = {}
     for key, tensor in weights.items():
+        if linears.parts(key):  # made from the model's own tensors at each build
+            continue
         try:
             operator.attrgetter(key)(model)
         except AttributeError:

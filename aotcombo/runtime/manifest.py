@@ -180,6 +180,10 @@ class Tensor:
     dtype: str
     shape: tuple[int, ...]
     external: bool = False  # not in the package: load(weights=...) gives it
+    # The model's tensors it is made of, concatenated along dim 0 (linears of one input
+    # combined into one matmul), and their rows: load(weights=...) gives those, not it.
+    parts: tuple[str, ...] = ()
+    part_rows: tuple[int, ...] = ()
 
 
 ITEMSIZE = {  # bytes per element of each dtype a manifest may name

@@ -47,7 +47,8 @@ def weights_for_load(manifest: Manifest, packaged: dict[str, torch.Tensor], devi
     if not isinstance(given, Mapping):
         raise TypeError(f"load(): weights must be a mapping of names to tensors (a state_dict), "
                         f"got {type(given).__name__}")
-    missing = [t.name for t in manifest.weights.tensors if t.external and t.name not in given]
+    missing = [name for t in manifest.weights.tensors if t.external for name in (t.parts or (t.name,))
+               if name not in given]
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise ValueError(f"package {manifest.name} was built with --weights external: load(weights=...) must give "
@@ -55,7 +56,9 @@ def weights_for_load(manifest: Manifest, packaged: dict[str, torch.Tensor], devi
                          "was built from")
     sources = {}
     for t in manifest.weights.tensors:
-        if t.name in given:
+        if t.parts and (t.external or any(p in given for p in t.parts)):
+            sources[t.name] = _combined(t, given, packaged, device)
+        elif t.name in given:
             sources[t.name] = _checked(f"weights[{t.name!r}]", given[t.name], t.dtype, t.shape).to(device)
         else:
             sources[t.name] = packaged[t.name]
@@ -74,6 +77,19 @@ def weights_for_load(manifest: Manifest, packaged: dict[str, torch.Tensor], devi
             live[name] = sources[name].clone()
     weights = [live.get(t.name, sources[t.name]) for t in manifest.weights.tensors]
     return weights, State(live, {name: sources[name] for name in live})
+
+
+def _combined(t, given: Mapping[str, torch.Tensor], packaged: dict, device: torch.device) -> torch.Tensor:
+    """A weight made of several of the model's tensors (``t.parts``, concatenated along dim 0),
+    from those the caller gives and, for the others, the packaged rows."""
+    pieces, start = [], 0
+    for name, rows in zip(t.parts, t.part_rows, strict=True):
+        if name in given:
+            pieces.append(_checked(f"weights[{name!r}]", given[name], t.dtype, (rows, *t.shape[1:])).to(device))
+        else:
+            pieces.append(packaged[t.name][start:start + rows])
+        start += rows
+    return torch.cat(pieces)
 
 
 def _checked(what: str, value, dtype: str, shape: tuple) -> torch.Tensor:

@@ -1,0 +1,99 @@
+"""Linears that read the same input become one matmul over weights concatenated at build time.
+
+q/k/v projections, gate/up, experts fed the same tokens: ``linear(x, W_i[, b_i])`` for several
+parameters ``W_i`` of one input ``x`` is, in the exported graph, replaced by one
+``linear(x, cat(W_i)[, cat(b_i)])`` whose output columns are sliced back into the original
+values, before Inductor sees the graph: one extern matmul launch instead of several, and the
+code after it written for the slices. The concatenated weight is a new weight of the
+program named by its parts joined with ``|`` (``q.weight|k.weight|v.weight``), made from the
+model's tensors when the build reads them, and at load from the parts the caller gives
+(``load(weights=state_dict)``; ``--weights external``), so it always follows its parts.
+
+Only parameters used by that one linear are combined, of one dtype and input width, all with
+a bias or none.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+
+SEPARATOR = "|"
+
+
+def parts(name: str) -> list[str] | None:
+    """The weights a combined weight is made of (None: ``name`` is the model's own)."""
+    return name.split(SEPARATOR) if SEPARATOR in name else None
+
+
+def combined(model: torch.nn.Module, name: str) -> torch.Tensor:
+    """The combined weight ``name`` made from ``model``'s tensors."""
+    return torch.cat([operator.attrgetter(p)(model).detach() for p in parts(name)])
+
+
+def combine(ep, model: torch.nn.Module) -> int:
+    """Combine, in place in the ExportedProgram ``ep``, the linears of each input that reads
+    several; returns how many linears were folded into others."""
+    from torch.export.graph_signature import InputKind
+
+    aten = torch.ops.aten
+    graph, signature = ep.graph, ep.graph_signature
+    params = {s.arg.name: s for s in signature.input_specs if s.kind == InputKind.PARAMETER}
+    groups: dict = {}
+    for node in graph.nodes:
+        if node.target is not aten.linear.default or node.kwargs:
+            continue
+        x, weight, bias = (*node.args, None)[:3]
+        if weight.name not in params or len(weight.users) != 1 or bias is not None and (
+                bias.name not in params or len(bias.users) != 1):
+            continue
+        w = weight.meta["val"]
+        groups.setdefault((x, w.dtype, w.shape[1], bias is None), []).append(node)
+    folded = 0
+    for (x, _, _, no_bias), nodes in groups.items():
+        if len(nodes) < 2:
+            continue
+        weights = [n.args[1] for n in nodes]
+        biases = [] if no_bias else [n.args[2] for n in nodes]
+        new_inputs = [_combined_input(ep, model, graph, [params[w.name].target for w in names], names)
+                      for names in ([weights] + ([biases] if biases else []))]
+        with graph.inserting_before(nodes[0]):
+            fused = graph.call_function(aten.linear.default, (x, *new_inputs))
+            start = 0
+            for n in nodes:
+                width = n.args[1].meta["val"].shape[0]
+                piece = graph.call_function(aten.slice.Tensor, (fused, -1, start, start + width))
+                piece.meta.update(n.meta)
+                n.replace_all_uses_with(piece)
+                start += width
+        fused.meta["val"] = torch.ops.aten.linear.default(x.meta["val"], *(i.meta["val"] for i in new_inputs))
+        for n in nodes:
+            graph.erase_node(n)
+        for old in weights + biases:
+            signature.input_specs.remove(params[old.name])
+            graph.erase_node(old)
+        folded += len(nodes) - 1
+    if folded:
+        graph.lint()
+        ep.graph_module.recompile()
+    return folded
+
+
+def _combined_input(ep, model, graph, targets: list[str], nodes: list):
+    """A new constant input of ``ep`` holding the concatenation of the parameters ``targets``
+    (placeholders ``nodes``): its placeholder node."""
+    from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
+
+    name = SEPARATOR.join(targets)
+    real = torch.cat([operator.attrgetter(t)(model).detach() for t in targets])
+    placeholder_name = "c_combined_" + "_".join(t.replace(".", "_") for t in targets)
+    with graph.inserting_before(nodes[0]):
+        placeholder = graph.placeholder(placeholder_name)
+    fake = nodes[0].meta["val"]
+    placeholder.meta["val"] = fake.new_empty(real.shape)  # a fake tensor of the same mode and device
+    index = next(i for i, s in enumerate(ep.graph_signature.input_specs) if s.arg.name == nodes[0].name)
+    ep.graph_signature.input_specs.insert(index, InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(placeholder.name),
+                                                           target=name))
+    ep.constants[name] = real
+    return placeholder
