@@ -83,3 +83,24 @@ def test_external_weights_name_the_parts(tmp_path):
         ref = model(x)
     result.weights[:] = weights  # the interpreter runs with what load() would give the program
     assert _relative(interpret.run_variant(result, 0, [x]), ref) <= 1e-5
+
+
+class Residual(nn.Module):
+    def __init__(self, d=32):
+        super().__init__()
+        self.up, self.down = nn.Linear(d, 64, bias=False), nn.Linear(64, d, bias=False)
+
+    def forward(self, x):
+        return x + self.down(torch.relu(self.up(x)))
+
+
+def test_a_residual_added_to_a_linear_is_the_matmuls_input(tmp_path):
+    torch.manual_seed(0)
+    model = Residual().eval()
+    result = build_package(model, (torch.randn(2, 8, 32),), arch=["sm_90"], out=tmp_path, cache=False)
+    program = result.variants[0].program
+    assert "aten.addmm" in program and "1 kernel launches, 2 extern calls" in program  # relu; the add is addmm's
+    x = torch.randn(2, 8, 32, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ref = model(x)
+    assert _relative(interpret.run_variant(result, 0, [x]), ref) <= 1e-5

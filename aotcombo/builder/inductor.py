@@ -987,6 +987,7 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor
         ep = ep.run_decompositions({} if inductor_combo_kernels else dict(decompositions.TABLE))
         if not inductor_combo_kernels:
             linears.combine(ep, module)
+            linears.fold_residuals(ep)
         signature = ep.graph_signature
         _scatter_into_whole_buffers(ep)
         state = _write_state_in_place(ep)

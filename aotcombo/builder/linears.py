@@ -11,6 +11,11 @@ model's tensors when the build reads them, and at load from the parts the caller
 
 Only parameters used by that one linear are combined, of one dtype and input width, all with
 a bias or none.
+
+A residual added to the output of a linear without bias, ``linear(x, W) + r``, becomes
+``addmm(r, x, W.T)`` (``fold_residuals``): cuBLAS adds it as the matmul's C input, and the
+kernel that added it goes (the add is rounded once, after the fp32 accumulation, instead of
+after the matmul's own rounding).
 """
 
 from __future__ import annotations
@@ -97,3 +102,41 @@ def _combined_input(ep, model, graph, targets: list[str], nodes: list):
                                                            target=name))
     ep.constants[name] = real
     return placeholder
+
+
+def fold_residuals(ep) -> int:
+    """``add(linear(x, W), r)`` (either order, no bias, alpha 1, same shape and dtype, the
+    linear used only there) becomes ``addmm(r, x, W.T)``, in place; returns how many."""
+    aten = torch.ops.aten
+    graph, folded = ep.graph, 0
+    for add in list(graph.nodes):
+        if add.target is not aten.add.Tensor or add.kwargs or len(add.args) != 2:
+            continue
+        for linear, residual in (add.args, add.args[::-1]):
+            if (isinstance(linear, torch.fx.Node) and linear.target is aten.linear.default
+                    and (len(linear.args) == 2 or linear.args[2] is None) and len(linear.users) == 1
+                    and isinstance(residual, torch.fx.Node)):
+                out, r = linear.meta["val"], residual.meta["val"]
+                if isinstance(r, torch.Tensor) and r.shape == out.shape and r.dtype == out.dtype:
+                    break
+        else:
+            continue
+        x, weight = linear.args[:2]
+        k, n = weight.meta["val"].shape[1], weight.meta["val"].shape[0]
+        with graph.inserting_before(add):
+            nodes = [graph.call_function(aten.reshape.default, (x, [-1, k])),
+                     graph.call_function(aten.permute.default, (weight, [1, 0])),
+                     graph.call_function(aten.reshape.default, (residual, [-1, n]))]
+            mm = graph.call_function(aten.addmm.default, (nodes[2], nodes[0], nodes[1]))
+            result = graph.call_function(aten.reshape.default, (mm, list(out.shape)))
+        for node in (*nodes, mm, result):
+            node.meta["val"] = node.target(*(a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in node.args))
+        result.meta.update({key: value for key, value in add.meta.items() if key != "val"})
+        add.replace_all_uses_with(result)
+        graph.erase_node(add)
+        graph.erase_node(linear)
+        folded += 1
+    if folded:
+        graph.lint()
+        ep.graph_module.recompile()
+    return folded
