@@ -1,6 +1,6 @@
 """The call a user writes, ``y = m(x)``, on a GPU: the default load answers its first call op by
 op and captures at the second; inputs only the package's kernels read are not copied in;
-inputs of any strides or alignment are right in graph mode; keywords; a damaged package
+inputs of any strides or alignment are right in both modes; keywords; a damaged package
 is refused at load with the file named.
 
 Tolerances: those of gpu_support.compare (relative L2: 1e-4 fp32, 1e-2 bf16/fp16).
@@ -65,9 +65,10 @@ def test_direct_inputs_are_read_in_place(sample):
         _check(name, loaded(*static), _eager(model, list(static)), f"static inputs, trial {trial}")
 
 
-def test_any_strides_and_alignment_in_graph_mode(sample):
+@pytest.mark.parametrize("graphs", [True, False], ids=["graph", "op_by_op"])
+def test_any_strides_and_alignment(sample, graphs):
     name, model, example = sample
-    loaded = import_package(name).load("cuda", graphs=True)
+    loaded = import_package(name).load("cuda", graphs=graphs)
     generator = torch.Generator(device="cuda").manual_seed(13)
     for what in ("transposed", "misaligned"):
         inputs = []

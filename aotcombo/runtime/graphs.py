@@ -11,7 +11,8 @@ device, plus its static inputs.
 
 Inputs: a call checks its inputs (unless ``check_inputs=False``: then they must have the
 built strides and alignment) and copies them into the static input buffers, whatever their
-strides and alignment, except inputs only the package's kernels read (repoint.py): when
+strides and alignment (as op by op copies inputs of another layout into it), except inputs
+only the package's kernels read (repoint.py): when
 they have the built strides and alignment, the graph's kernels read the caller's tensors in
 place, without a copy. The caller's tensors are read by the GPU after the call returns
 (the replay is queued on the caller's stream, as any torch op would read them): change them
@@ -311,13 +312,7 @@ class GraphModel:
 
     def _run_once(self, inputs: tuple, exact: bool):
         """A call op by op (before the capture, or after a failed one): its outputs are its own."""
-        if exact:
-            return self._model.run(inputs)
-        copy_into(self._inputs, inputs)
-        outputs = self._model.run(self._inputs)
-        for i in self.mutated:
-            inputs[i].copy_(self._inputs[i])
-        return outputs
+        return self._model.run(inputs) if exact else self._model.run_staged(inputs)
 
     def _capture_now(self) -> bool:
         """Capture at the second call: True when it worked; a failure raises (strict) or warns
@@ -402,7 +397,7 @@ class GraphPerSize:
             if size in self._graphs:
                 return self._graphs[size]
             if len(self._graphs) >= self.max_graphs:
-                graph = _Unchecked(self._model, size)
+                graph = _Unchecked(self._model)
             else:
                 if self._pool is None:
                     self._pool = torch.cuda.graph_pool_handle()
@@ -419,18 +414,11 @@ class _Unchecked:
     """A model run op by op on inputs already checked (GraphPerSize past its max_graphs);
     inputs of other strides or alignment are copied into the layout it was built for."""
 
-    def __init__(self, model, batch: int):
-        self._model, self._batch = model, batch
+    def __init__(self, model):
+        self._model = model
 
     def holds(self, inputs) -> bool:
         return False
 
     def replay_checked(self, inputs, fresh: bool = True, exact: bool = True):
-        if exact:
-            return self._model.run(inputs)
-        staged = allocate(self._model.specs, self._model.device, self._batch)
-        copy_into(staged, inputs)
-        outputs = self._model.run(staged)
-        for i in self._model.mutated:
-            inputs[i].copy_(staged[i])
-        return outputs
+        return self._model.run(inputs) if exact else self._model.run_staged(inputs)

@@ -70,8 +70,9 @@ def check_inputs(specs: list[InputSpec], inputs: tuple, device: torch.device | N
     """Raise TypeError (type, dtype) or ValueError (the rest) unless the inputs match the specs.
 
     ``device=None`` skips the device check; ``batch_range``: the (min, max) of a dynamic batch.
-    ``exact_layout=False`` accepts any strides and alignment (graph mode copies such inputs
-    into its static ones). Returns whether every input has the spec's strides and alignment.
+    ``exact_layout=False`` accepts any strides and alignment (a loaded model copies such inputs
+    into the layout it was built for). Returns whether every input has the spec's strides and
+    alignment.
     """
     exact = True
     batch = None
@@ -98,18 +99,23 @@ def check_inputs(specs: list[InputSpec], inputs: tuple, device: torch.device | N
                                  "batched inputs must agree")
             batch = batch or (i, size)
         stride = spec.stride_at(batch[1] if batch else None)
-        if t.stride() != stride:
+        if not same_layout(t.shape, t.stride(), stride):
             if exact_layout:
-                raise ValueError(f"{what}: expected stride {stride}, got {t.stride()}: pass a tensor of those "
-                                 "strides (graph mode takes any, and copies it)")
+                raise ValueError(f"{what}: expected stride {stride}, got {t.stride()}")
             exact = False
         if t.data_ptr() % spec.align:
             if exact_layout:
                 raise ValueError(f"{what}: expected data_ptr aligned to {spec.align} bytes, got one "
-                                 f"{t.data_ptr() % spec.align} bytes past (storage offset {t.storage_offset()}): "
-                                 "pass t.clone() (graph mode takes it, and copies it)")
+                                 f"{t.data_ptr() % spec.align} bytes past (storage offset {t.storage_offset()})")
             exact = False
     return exact
+
+
+def same_layout(shape, got: tuple, expected: tuple) -> bool:
+    """Whether strides ``got`` address a tensor of ``shape`` as ``expected`` do: a dim of size
+    1 is only ever indexed at 0, so its stride does not matter (``t[:, -1:]`` of a [b, n]
+    tensor is laid out as a contiguous [b, 1] one)."""
+    return got == expected or all(g == e for n, g, e in zip(shape, got, expected) if n != 1) or 0 in shape
 
 
 def make_guard(specs: list[InputSpec], device: torch.device, batch_range: tuple[int, int] | None = None,

@@ -110,7 +110,8 @@ class _Device(NamedTuple):
 class Model:
     """A package loaded on one device, run op by op: ``model(*inputs)`` returns the outputs.
 
-    ``guard(inputs)`` checks inputs against ``specs`` (None with ``check_inputs=False``);
+    ``guard(inputs)`` checks inputs against ``specs`` (None with ``check_inputs=False``) and says
+    whether they have the built strides and alignment (inputs that do not are copied into it);
     ``run(inputs)`` runs the forward on inputs known to be right. ``weights``: the program's,
     in its order; ``state``: the buffers among them that forward updates (state.py)."""
 
@@ -118,7 +119,7 @@ class Model:
         self.name, self.variant, self.device, self.weights = loaded.name, loaded.variant, loaded.device, weights
         self.specs, self.batch_range, self.state_buffers = loaded.specs, loaded.batch_range, state
         self.mutated = tuple(i for i, s in enumerate(self.specs) if s.mutated)
-        self.guard = make_guard(self.specs, self.device, self.batch_range) if check_inputs else None
+        self.guard = make_guard(self.specs, self.device, self.batch_range, exact_layout=False) if check_inputs else None
         self._context, self._forward, self._kernels = loaded.context, loaded.forward, loaded.kernels
         self.context = loaded.context  # the device's primary context (a CUcontext)
         self._index, self._bound, self._static = self.device.index, {}, None
@@ -132,9 +133,21 @@ class Model:
     def __call__(self, *inputs, **named):
         if named:
             inputs = bind(self.names, inputs, named)
-        if self.guard is not None:
-            self.guard(inputs)
+        if self.guard is not None and not self.guard(inputs):
+            return self.run_staged(inputs)
         return self.run(inputs)
+
+    def run_staged(self, inputs: tuple):
+        """The forward on inputs of other strides or alignment than the kernels were built for:
+        copied into that layout first (and those the model updates, copied back after)."""
+        first = next((i for i, s in enumerate(self.specs) if s.batched), None)
+        staged = allocate(self.specs, self.device, None if first is None else inputs[first].shape[0])
+        for target, source in zip(staged, inputs):
+            target.copy_(source)
+        outputs = self.run(staged)
+        for i in self.mutated:
+            inputs[i].copy_(staged[i])
+        return outputs
 
     def run(self, inputs: tuple):
         """The forward on ``inputs``, unchecked, queued on torch's current stream."""

@@ -80,8 +80,8 @@ def weights_for_load(manifest: Manifest, packaged: dict[str, torch.Tensor], devi
 
 
 def _combined(t, given: Mapping[str, torch.Tensor], packaged: dict, device: torch.device) -> torch.Tensor:
-    """A weight made of several of the model's tensors (``t.parts``, concatenated along dim 0),
-    from those the caller gives and, for the others, the packaged rows."""
+    """A weight made of several of the model's tensors (``t.parts``, concatenated along dim 0):
+    the caller's where given, else the packaged rows."""
     pieces, start = [], 0
     for name, rows in zip(t.parts, t.part_rows, strict=True):
         if name in given:
