@@ -261,7 +261,7 @@ def test_c_launcher_raises_the_drivers_error(sample):
     name, _, _ = sample
     package = import_package(name)
     cuda = package._runtime.cuda
-    kernel = copy.copy(package.load("cuda", graphs=False)._kernels[0])
+    kernel = copy.copy(package.load("cuda", graphs=False).kernels[0])
     kernel.block = 4096  # more threads than a block may have: the driver refuses the launch
     launch = cuda.native_launcher(kernel, torch.cuda.current_stream().cuda_stream, [0, 0], None)
     assert type(launch).__name__ == "builtin_function_or_method"

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from aotcombo.runtime import cuda, graphs, loader as package
-from aotcombo.runtime.graphs import GraphModel, StreamOrder, copy_into, flatten, fresh_copies, same_tensors, unflatten
+from aotcombo.runtime.graphs import GraphModel, OutputSets, StreamOrder, copy_into, flatten, same_tensors, unflatten
 from aotcombo.runtime.inputs import bind, check_inputs, make_guard
 from aotcombo.runtime.loader import Loaded, Model, Package, check_options, choose_variant
 from aotcombo.runtime.manifest import Dynamic, Tensor
@@ -288,7 +288,7 @@ def test_copies(n):
     targets = [torch.empty(3, 4 + i) for i in range(n)]
     copy_into(targets, sources)
     assert all(torch.equal(t, s) for t, s in zip(targets, sources))
-    copies = fresh_copies(sources)
+    copies = OutputSets(sources, keep=0)()
     assert all(torch.equal(c, s) and c.data_ptr() != s.data_ptr() for c, s in zip(copies, sources))
 
 
@@ -356,9 +356,9 @@ def _graph_model(copy_outputs=True, guard=True, log=None, fail=False):
         runs.append(inputs)
         return {"y": (inputs[0] * 2, None)}
 
-    model = SimpleNamespace(name="m", variant="sm_90", device=CPU, weights=[], specs=specs, mutated=(),
-                            batch_range=None, guard=make_guard(specs, CPU) if guard else None, kernels=[],
-                            state_buffers=None, run=run, context=1)
+    model = SimpleNamespace(name="m", variant="sm_90", device=CPU, weights=[], specs=specs, mutated=(), names=["x"],
+                            batch_range=None, guard=make_guard(specs, CPU, exact_layout=False) if guard else None,
+                            kernels=[], state_buffers=None, run=run, context=1)
 
     def capturer(run, inputs, device, pool, state):
         if fail:

@@ -61,8 +61,9 @@ def combine(ep, model: torch.nn.Module) -> int:
             continue
         weights = [n.args[1] for n in nodes]
         biases = [] if no_bias else [n.args[2] for n in nodes]
-        new_inputs = [_combined_input(ep, model, graph, [params[w.name].target for w in names], names)
-                      for names in ([weights] + ([biases] if biases else []))]
+        new_inputs = [_combined_input(ep, model, weights, params)]
+        if biases:
+            new_inputs.append(_combined_input(ep, model, biases, params))
         with graph.inserting_before(nodes[0]):
             fused = graph.call_function(aten.linear.default, (x, *new_inputs))
             start = 0
@@ -85,21 +86,19 @@ def combine(ep, model: torch.nn.Module) -> int:
     return folded
 
 
-def _combined_input(ep, model, graph, targets: list[str], nodes: list):
-    """A new constant input of ``ep`` holding the concatenation of the parameters ``targets``
-    (placeholders ``nodes``): its placeholder node."""
+def _combined_input(ep, model, nodes: list, params: dict):
+    """A new constant input of ``ep``, placed before the first of the parameter placeholders
+    ``nodes``, holding their concatenation: its placeholder node."""
     from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 
-    name = SEPARATOR.join(targets)
-    real = torch.cat([operator.attrgetter(t)(model).detach() for t in targets])
-    placeholder_name = "c_combined_" + "_".join(t.replace(".", "_") for t in targets)
-    with graph.inserting_before(nodes[0]):
-        placeholder = graph.placeholder(placeholder_name)
-    fake = nodes[0].meta["val"]
-    placeholder.meta["val"] = fake.new_empty(real.shape)  # a fake tensor of the same mode and device
-    index = next(i for i, s in enumerate(ep.graph_signature.input_specs) if s.arg.name == nodes[0].name)
-    ep.graph_signature.input_specs.insert(index, InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(placeholder.name),
-                                                           target=name))
+    name = SEPARATOR.join(params[n.name].target for n in nodes)
+    real = combined(model, name)
+    with ep.graph.inserting_before(nodes[0]):
+        placeholder = ep.graph.placeholder("c_combined_" + name.replace(".", "_").replace(SEPARATOR, "_"))
+    placeholder.meta["val"] = nodes[0].meta["val"].new_empty(real.shape)  # a fake tensor of the same mode and device
+    specs = ep.graph_signature.input_specs
+    specs.insert(specs.index(params[nodes[0].name]),
+                 InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(placeholder.name), target=name))
     ep.constants[name] = real
     return placeholder
 

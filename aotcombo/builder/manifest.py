@@ -138,12 +138,12 @@ def assemble(name: str, version: str, archs, shapes: m.ShapeMode, variants: list
     ``weights_file``: the ``torch.save`` of those not ``external`` (None: all are);
     ``input_names``: the user inputs' names (signature.input_names); ``part_rows``: the rows
     of each model tensor a combined weight is made of (linears.py)."""
-    parts_rows = part_rows or {}
     files = _Files()
     by_batch: dict = {}
     for v in variants:
         by_batch.setdefault(v.batch, []).append(v)
-    specializations = tuple(_specialization(b, by_batch[b], files, input_names) for b in sorted(by_batch, key=lambda b: b or 0))
+    specializations = tuple(_specialization(b, by_batch[b], files, input_names)
+                            for b in sorted(by_batch, key=lambda b: b or 0))
     if weights_file is not None:
         files.files[WEIGHTS_FILE] = weights_file
     state = variants[0].plan.graph.state
@@ -159,7 +159,7 @@ def assemble(name: str, version: str, archs, shapes: m.ShapeMode, variants: list
         specializations=specializations,
         weights=m.Weights(
             file=WEIGHTS_FILE if weights_file is not None else None,
-            tensors=tuple(_tensor(name, t, name in external, parts_rows) for name, t in weights.items()),
+            tensors=tuple(_tensor(name, t, name in external, part_rows or {}) for name, t in weights.items()),
             file_bytes=len(weights_file or b""), sha256=hashlib.sha256(weights_file or b"").hexdigest(),
             state=tuple(name for name in weights if name in state)),
         extern_ops=tuple(sorted({op.op for v in variants for op in v.plan.ops if isinstance(op, g.Extern)})),

@@ -20,13 +20,12 @@ import torch
 from ..errors import UnsupportedModelError
 from ..progress import Reporter
 from ..runtime.manifest import Dynamic, Manifest
-from . import codegen, compiler, plan as plan_mod, shapes as shapes_mod, trace as trace_mod
+from . import codegen, compiler, linears, plan as plan_mod, shapes as shapes_mod, trace as trace_mod
 from .cache import Cache
 from .check import check_on_meta
 from .environment import check_environment
 from .manifest import Variant, assemble, stats
 from .signature import input_names
-from . import linears
 from .options import BuildOptions
 from .wheel import save_weights, write_wheels
 

@@ -41,7 +41,7 @@ import warnings
 import torch
 
 from . import cuda
-from .inputs import allocate, bind, make_guard
+from .inputs import allocate, bind
 from .repoint import Repointer
 
 _foreach_copy = getattr(torch, "_foreach_copy_", None)
@@ -88,11 +88,6 @@ def copy_into(targets, sources) -> None:
     else:
         for target, source in zip(targets, sources, strict=True):
             target.copy_(source)
-
-
-def fresh_copies(tensors: list) -> list:
-    """New tensors holding the values of ``tensors``, for the caller to keep."""
-    return OutputSets(tensors, keep=0)()
 
 
 class OutputSets:
@@ -230,13 +225,11 @@ class GraphModel:
     def __init__(self, model, copy_outputs: bool = True, order=None, lock=None, pool=None, batch: int | None = None,
                  capturer=None, strict: bool = False):
         self.name, self.variant, self.device, self.weights = model.name, model.variant, model.device, model.weights
-        self.mutated, self.copy_outputs, self.names = model.mutated, copy_outputs, [s.name for s in model.specs]
+        self.mutated, self.copy_outputs, self.names, self.guard = model.mutated, copy_outputs, model.names, model.guard
         self._model, self._inputs = model, allocate(model.specs, model.device, batch)
-        self.guard = make_guard(model.specs, model.device, model.batch_range, exact_layout=False) \
-            if model.guard is not None else None
         self._lock, self._order = lock or threading.Lock(), order or StreamOrder.on(model.device)
         self._pool, self._capturer, self._strict = pool, capturer or capture, strict
-        self._graph, self._calls, self._failed, self._repoint = None, 0, False, None
+        self._graph, self._answered, self._failed, self._repoint = None, False, False, None
         self._copied, self._copied_to = (), ()  # inputs copied in beside those the kernels read in place
         self._outputs, self._spec, self._fresh = [], None, None
 
@@ -288,8 +281,8 @@ class GraphModel:
         with self._lock:
             self._order.join()
             if self._graph is None:
-                if self._calls == 0 or self._failed or not self._capture_now():
-                    self._calls += 1
+                if not self._answered or self._failed or not self._capture_now():
+                    self._answered = True
                     return self._run_once(inputs, exact)
             repoint = self._repoint
             if not fresh:
@@ -348,9 +341,7 @@ class GraphPerSize:
         self.name, self.variant, self.device, self.weights = model.name, model.variant, model.device, model.weights
         self.mutated, self.copy_outputs, self.max_graphs = model.mutated, copy_outputs, max_graphs
         self._strict = strict  # a failed capture raises (load(graphs=True)); else that size runs op by op
-        self._model, self._graphs, self.names = model, {}, [s.name for s in model.specs]
-        self.guard = make_guard(model.specs, model.device, model.batch_range, exact_layout=False) \
-            if model.guard is not None else None
+        self._model, self._graphs, self.names, self.guard = model, {}, model.names, model.guard
         self._first = next(i for i, spec in enumerate(model.specs) if spec.batched)
         self._lock, self._order, self._pool = threading.Lock(), StreamOrder.on(model.device), None
 

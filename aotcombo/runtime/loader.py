@@ -120,15 +120,10 @@ class Model:
         self.specs, self.batch_range, self.state_buffers = loaded.specs, loaded.batch_range, state
         self.mutated = tuple(i for i, s in enumerate(self.specs) if s.mutated)
         self.guard = make_guard(self.specs, self.device, self.batch_range, exact_layout=False) if check_inputs else None
-        self._context, self._forward, self._kernels = loaded.context, loaded.forward, loaded.kernels
-        self.context = loaded.context  # the device's primary context (a CUcontext)
+        # the device's primary context; the kernels as loaded (cuda.Kernel, or GridPerCall)
+        self.context, self.kernels, self._forward = loaded.context, loaded.kernels, loaded.forward
         self._index, self._bound, self._static = self.device.index, {}, None
         self.names = [s.name for s in self.specs]
-
-    @property
-    def kernels(self) -> list:
-        """The package's kernels as loaded (cuda.Kernel, or GridPerCall for a dynamic grid)."""
-        return self._kernels
 
     def __call__(self, *inputs, **named):
         if named:
@@ -156,9 +151,9 @@ class Model:
         if kernels is None:
             kernels = self._bind(stream)
         previous = cuda.current_context()
-        if previous == self._context:
+        if previous == self.context:
             return self._forward(kernels, self.weights, self.device, *inputs)
-        cuda.set_current_context(self._context)
+        cuda.set_current_context(self.context)
         try:
             return self._forward(kernels, self.weights, self.device, *inputs)
         finally:
@@ -167,7 +162,7 @@ class Model:
     def _bind(self, stream: int) -> list:
         if len(self._bound) > MAX_STREAMS:
             self._bound.clear()
-        kernels = self._bound[stream] = [k.bind(stream) for k in self._kernels]
+        kernels = self._bound[stream] = [k.bind(stream) for k in self.kernels]
         return kernels
 
     def state(self) -> dict[str, torch.Tensor]:
