@@ -28,7 +28,8 @@ is cached too, under a key that must change whenever the trace could:
 * the model file's contents, when built from a file (``aotcombo build``);
 * the example inputs' shapes, strides, dtypes and storage offsets;
 * the arch; torch's, triton's, Python's and aotcombo's versions and the source
-  of aotcombo's trace stage (``inductor_bridge.py``, ``graph.py``);
+  of aotcombo's trace stage (``TRACE_SOURCES``: Inductor's bridge, the graph rewrites
+  before it, the graph's classes);
 * torch's global numerics flags, non-default settings of Inductor's, Dynamo's
   and functorch's configs (when imported) and the ``TORCH*``/``TORCHINDUCTOR_*``
   environment variables.
@@ -81,6 +82,9 @@ def _digest(*parts: Any) -> str:
     """sha256 of a canonical JSON encoding of ``parts``."""
     text = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=repr)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+TRACE_SOURCES = ("inductor.py", "decompositions.py", "linears.py", "fused_linears.py", "graph.py")
 
 
 @functools.cache
@@ -344,7 +348,7 @@ def trace_keys(model, inputs, archs, model_file: str | Path | None = None, extra
         "trace",
         FORMAT,
         __version__,
-        _own_source_digest("inductor.py", "graph.py"),
+        _own_source_digest(*TRACE_SOURCES),
         tool_versions(),
         [tensor_spec(t) for t in inputs],
         model_part,
