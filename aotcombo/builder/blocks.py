@@ -39,6 +39,7 @@ class Blocks:
     # Axes whose program count is computed at run time (a dynamic batch): (axis, numel
     # name such as "x", block size); the count is ceil(numel / block size).
     dynamic_axes: tuple[tuple[int, str, int], ...] = ()
+    num_stages: int = 1  # software pipelining of loads (matmul kernels; 1: none)
 
     @property
     def programs(self) -> int:
@@ -59,6 +60,9 @@ def _warps(elements: int) -> int:
 
 def choose(kernel: Kernel) -> Blocks:
     """Block sizes for ``kernel`` by fixed rules."""
+    if kernel.grid is not None:  # a kernel of ours (fused_linears.py): its tiles, grid and warps are fixed
+        return Blocks(constexprs=kernel.tiles, axes=kernel.grid, num_warps=kernel.num_warps,
+                      num_stages=kernel.num_stages)
     numel = kernel.numel
     params = set(kernel.block_params)
     fixed = {name: int(v) for name, v in _FIXED_BLOCK.findall(kernel.source)}

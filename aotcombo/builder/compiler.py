@@ -37,7 +37,7 @@ from pathlib import Path
 
 from ..errors import BuildError, CompileError, OutputError
 
-NUM_STAGES = 1  # pointwise and reduction kernels have no loads worth pipelining
+NUM_STAGES = 1  # pointwise and reduction kernels have no loads worth pipelining (matmuls set theirs)
 LINE_INFO = False  # line tables would put file paths into every binary
 
 
@@ -83,10 +83,11 @@ class Job:
     aligned: tuple[str, ...]
     arch: int
     num_warps: int
+    num_stages: int = NUM_STAGES
 
     @property
     def options(self) -> dict:
-        return {"num_warps": self.num_warps, "num_stages": NUM_STAGES, "line_info": LINE_INFO}
+        return {"num_warps": self.num_warps, "num_stages": self.num_stages, "line_info": LINE_INFO}
 
     def key(self) -> str:
         from .cache import kernel_key
@@ -150,7 +151,7 @@ def run_job(job: Job, triton_cache_dir: str | None = None) -> Binary:
             compiled = triton.compile(
                 src,
                 target=GPUTarget("cuda", job.arch, 32),
-                options={"num_warps": job.num_warps, "num_stages": NUM_STAGES},
+                options={"num_warps": job.num_warps, "num_stages": job.num_stages},
             )
     except BuildError:
         raise

@@ -60,7 +60,7 @@ class Kernel:
 
     name: str
     source: str  # the ``@triton.jit`` function, decorator included
-    heuristic: str  # pointwise | reduction | persistent_reduction | ...
+    heuristic: str  # pointwise | reduction | persistent_reduction | ... | matmul (ours)
     signature: tuple[tuple[str, str], ...]  # (param, triton type) incl. constexprs
     constants: tuple[tuple[str, Any], ...]
     divisible_by_16: tuple[str, ...]  # params inductor specialised as 16-aligned
@@ -74,6 +74,13 @@ class Kernel:
     # A mixed-order reduction (Inductor's RSPLIT_SIZE): each program reduces this many rows
     # and leaves partial results in a workspace sized for exactly this split.
     rsplit_size: int | None = None
+    # A kernel aotcombo wrote itself (``heuristic == "matmul"``: fused_linears.py): its
+    # sizes are fixed in its source; its tile sizes (block params), grid, warps and pipeline
+    # stages are fixed with it.
+    tiles: tuple[tuple[str, int], ...] = ()
+    grid: tuple[int, int, int] | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
 
     @property
     def numel(self) -> dict[str, int]:

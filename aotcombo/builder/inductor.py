@@ -29,7 +29,7 @@ from unittest import mock
 import sympy
 import torch
 
-from . import decompositions, graph as g, linears
+from . import decompositions, fused_linears, graph as g, linears
 from ..errors import UnsupportedModelError
 from ..runtime.manifest import BATCH, Dynamic
 from .usercode import where
@@ -792,8 +792,10 @@ def _scalar(node) -> g.Scalar | None:
 def _to_plain(value: Any) -> Any:
     if isinstance(value, torch.fx.Node):
         return g.Ref(value.name)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_plain(v) for v in value)
+    if isinstance(value, list):  # FX's immutable_list too: plain data only
+        return [_to_plain(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_to_plain(v) for v in value)
     if isinstance(value, torch.dtype):
         return g.Const("dtype", str(value).removeprefix("torch."))
     if isinstance(value, torch.device):
@@ -988,6 +990,8 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor
         if not inductor_combo_kernels:
             linears.combine(ep, module)
             linears.fold_residuals(ep)
+            if dynamic is None:  # its kernels are sized at build time
+                fused_linears.fuse(ep)
         signature = ep.graph_signature
         _scatter_into_whole_buffers(ep)
         state = _write_state_in_place(ep)

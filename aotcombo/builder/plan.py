@@ -52,6 +52,10 @@ class Combo:
         return max(s.blocks.num_warps for s in self.subs)
 
     @property
+    def num_stages(self) -> int:
+        return max(s.blocks.num_stages for s in self.subs)
+
+    @property
     def dynamic(self) -> bool:
         """Whether the grid depends on a dynamic batch (then ``grid`` is its largest value)."""
         return any(s.blocks.dynamic_axes for s in self.subs)
@@ -255,6 +259,8 @@ def _group_key(sub: SubKernel) -> tuple:
     tile) over more than ``LARGE_POINTWISE`` elements. A tiled (2-D, 3-D) pointwise kernel
     joins its level's combo whatever its size, as in Inductor."""
     kernel = sub.kernel
+    if kernel.grid is not None:  # matmuls of ours combine only with each other
+        return (0, "matmul")
     rank = sum(1 for k, _ in kernel.numels if not k.startswith("r"))
     if not kernel.is_reduction and rank == 1 and kernel.numel.get("x", 0) > LARGE_POINTWISE:
         return (rank, "large_pointwise", id(sub))

@@ -68,11 +68,43 @@ def _interpretable_libdevice() -> None:
             setattr(libdevice, name, numpy_op(numpy_ops[name]))
 
 
+def _interpretable_bfloat16() -> None:
+    """Triton's interpreter keeps bfloat16 values as their uint16 bits: it multiplies those
+    bits in ``tl.dot``, and rounds float32 to bfloat16 toward zero. Give ``tl.dot`` the
+    float32 values (exact, as the tensor cores multiply them) and round to nearest even, as
+    the GPU does."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
+
+    original, original_cast = InterpreterBuilder.create_dot, InterpreterBuilder.cast_impl
+
+    def widened(h):
+        if h.dtype.scalar != tl.bfloat16:
+            return h
+        return TensorHandle((h.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        return original(self, widened(a), widened(b), d, input_precision, max_num_imprecise_acc)
+
+    def cast_impl(self, src, dst_type):
+        if not (src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16):
+            return original_cast(self, src, dst_type)
+        bits = np.asarray(src.data, dtype=np.float32).view(np.uint32)
+        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+        rounded = np.where(np.isnan(src.data), np.uint16(0x7FC0), rounded)
+        return TensorHandle(rounded, tl.bfloat16)
+
+    InterpreterBuilder.create_dot = create_dot
+    InterpreterBuilder.cast_impl = cast_impl
+
+
 def _run_here(directory: Path) -> None:
     """The child process: load everything from ``directory``, run, save outputs."""
     from ..builder.check import load_program
 
     _interpretable_libdevice()
+    _interpretable_bfloat16()
     job = torch.load(directory / "job.pt", weights_only=False)
     kernels = []
     for name, source, grid in job["combos"]:
