@@ -40,7 +40,8 @@ def test_combo_kernel_dispatches_on_program_id_ranges():
     assert "if pid < 4:" in body  # 4096 / 1024
     assert "elif pid < 12:" in body  # + 64 / 8
     assert "pid_offset = pid - 4" in body
-    assert "tri_a(in_ptr0=arg0_1, out_ptr0=buf0, xnumel=4096, XBLOCK=1024, pid_x=pid_offset, pid_y=0, pid_z=0)" in body
+    assert body.startswith("(in0, in1, in2, in3):")  # arg0_1, buf0, arg1_1, buf1 by position
+    assert "tri_a(in_ptr0=in0, out_ptr0=in1, xnumel=4096, XBLOCK=1024, pid_x=pid_offset, pid_y=0, pid_z=0)" in body
     assert body.rstrip().endswith("else:\n        pass")
     assert combo.grid == 12
 
@@ -56,7 +57,7 @@ def test_round_robin_interleaves_programs():
 def test_combo_signature_types_and_alignment():
     combo = two_kernel_plan().combos[0]
     signature, aligned = codegen.combo_signature(combo)
-    assert signature == {"arg0_1": "*fp32", "buf0": "*fp32", "arg1_1": "*fp32", "buf1": "*fp32"}
+    assert signature == {"in0": "*fp32", "in1": "*fp32", "in2": "*fp32", "in3": "*fp32"}  # arg0_1 buf0 arg1_1 buf1
     assert aligned == []
 
 
@@ -80,11 +81,12 @@ def test_a_size_declared_i32_and_i64_is_passed_as_i64_and_cast_back():
     combo = make_plan(b.graph(outs)).combos[0]
     assert len(combo.subs) == 2
     signature, _ = codegen.combo_signature(combo)
-    assert signature["size"] == "i64"
+    assert combo.params == ("arg0_1", "narrow_out", "size", "arg1_1", "wide_out")
+    assert signature["in2"] == "i64"
     source = codegen.render_combo(combo)
     ast.parse(source)
-    assert "narrow(in_ptr0=arg0_1, out_ptr0=narrow_out, xnumel=size.to(tl.int32)," in source
-    assert "wide(in_ptr0=arg1_1, out_ptr0=wide_out, xnumel=size," in source
+    assert "narrow(in_ptr0=in0, out_ptr0=in1, xnumel=in2.to(tl.int32)," in source
+    assert "wide(in_ptr0=in3, out_ptr0=in4, xnumel=in2," in source
 
 
 def test_program_renders_ops_in_plan_order_and_nests_outputs():

@@ -87,13 +87,16 @@ def _axis_counts(sub: SubKernel, numel_of) -> list[str]:
     return counts
 
 
-def _numel_value(sub: SubKernel):
-    """``numel_of`` for the combo kernel and the program: the value passed for the numel."""
+def _numel_value(sub: SubKernel, names: dict[str, str] | None = None):
+    """``numel_of`` for the program (values by name) and, with ``names`` (value -> the combo
+    kernel's parameter), for the combo kernel: the value passed for the numel."""
     passed = {p: a for p, _, a in sub.kernel.bind(sub.launch.args)}
 
     def numel_of(name: str) -> str:
         value = passed[f"{name}numel"]
-        return value.name if isinstance(value, g.Ref) else str(value)
+        if not isinstance(value, g.Ref):
+            return str(value)
+        return names[value.name] if names else value.name
 
     return numel_of
 
@@ -106,9 +109,10 @@ def _product(factors: list[str]) -> str:
     return " * ".join(dynamic + ([str(static)] if static != 1 else []))
 
 
-def sub_programs(sub: SubKernel) -> str:
-    """A sub-kernel's program count: an int, or an expression of the combo's arguments."""
-    return _product(_axis_counts(sub, _numel_value(sub)))
+def sub_programs(sub: SubKernel, names: dict[str, str] | None = None) -> str:
+    """A sub-kernel's program count: an int, or an expression of the program's values (or,
+    with ``names``, of the combo kernel's parameters)."""
+    return _product(_axis_counts(sub, _numel_value(sub, names)))
 
 
 def grid_expr(combo: Combo) -> str:
@@ -131,19 +135,25 @@ def _literal(value) -> str:
 _TL_INT = {"i32": "tl.int32", "i64": "tl.int64"}
 
 
-def _sub_arg(ty: str, arg, passed: dict[str, str]) -> str:
+def _sub_arg(ty: str, arg, passed: dict[str, str], names: dict[str, str]) -> str:
     """A sub-kernel's argument in the combo kernel: a literal, a combo parameter, or (an integer
     the combo takes wider than this sub-kernel declares it) that parameter cast back."""
     if not isinstance(arg, g.Ref):
         return _literal(arg)
     if passed.get(arg.name, ty) != ty:
-        return f"{arg.name}.to({_TL_INT[ty]})"
-    return arg.name
+        return f"{names[arg.name]}.to({_TL_INT[ty]})"
+    return names[arg.name]
 
 
-def _sub_call(sub: SubKernel, passed: dict[str, str] | None = None) -> str:
-    args = [f"{p}={_sub_arg(ty, a, passed or {})}" for p, ty, a in sub.kernel.bind(sub.launch.args)]
-    nx, ny, nz = _axis_counts(sub, _numel_value(sub))
+def parameter_names(combo: Combo) -> dict[str, str]:
+    """The combo kernel's parameter for each value it takes: by position (``in0``, ``in1``, ...),
+    so that the combos of two identical layers are one source (compiled once)."""
+    return {value: f"in{i}" for i, value in enumerate(combo.params)}
+
+
+def _sub_call(sub: SubKernel, passed: dict[str, str], names: dict[str, str]) -> str:
+    args = [f"{p}={_sub_arg(ty, a, passed, names)}" for p, ty, a in sub.kernel.bind(sub.launch.args)]
+    nx, ny, nz = _axis_counts(sub, _numel_value(sub, names))
     if ny != "1" or nz != "1":
         nxy = _product([nx, ny])
     pids = {
@@ -159,11 +169,12 @@ def _dispatch(combo: Combo) -> tuple[list[str], list[dict]]:
     """The combo kernel's setup lines (where program ranges depend on a dynamic batch) and,
     per sub-kernel, its condition on ``pid``, its program offset and its call."""
     setup, subs = [], []
-    passed, _ = combo_signature(combo)
+    names = parameter_names(combo)
+    passed = dict(zip(combo.params, combo_signature(combo)[0].values()))
     start = "0"
     n = len(combo.subs)
     for i, sub in enumerate(combo.subs):
-        programs = sub_programs(sub)
+        programs = sub_programs(sub, names)
         if combo.dispatch == "round_robin":
             condition = f"pid % {n} == {i} and pid // {n} < {programs}" if n > 1 else f"pid < {programs}"
             offset = f"pid // {n}" if n > 1 else "pid"
@@ -176,7 +187,7 @@ def _dispatch(combo: Combo) -> tuple[list[str], list[dict]]:
             condition = f"pid < {end}"
             offset = f"pid - {start}" if start != "0" else "pid"
             start = end
-        subs.append({"condition": condition, "offset": offset, "call": _sub_call(sub, passed)})
+        subs.append({"condition": condition, "offset": offset, "call": _sub_call(sub, passed, names)})
     return setup, subs
 
 
@@ -188,7 +199,7 @@ def render_combo(combo: Combo) -> str:
         combo=combo,
         grid="per call: " + grid_expr(combo) if combo.dynamic else f"({combo.grid}, 1, 1)",
         helpers=helpers,
-        params=combo.params,
+        params=list(parameter_names(combo).values()),
         setup=setup,
         subs=subs,
         prelude=KERNEL_PRELUDE,
@@ -196,7 +207,8 @@ def render_combo(combo: Combo) -> str:
 
 
 def combo_signature(combo: Combo) -> tuple[dict[str, str], list[str]]:
-    """Triton types of the combo's parameters, and those known 16-byte aligned.
+    """Triton types of the combo kernel's parameters (``parameter_names``), and those known
+    16-byte aligned.
 
     An integer (a size of a dynamic batch) that one sub-kernel declares i32 and another i64
     is taken as i64, and cast back to i32 for the sub-kernels that declare it so."""
@@ -213,7 +225,8 @@ def combo_signature(combo: Combo) -> tuple[dict[str, str], list[str]]:
                     raise UnsupportedModelError(f"{combo.name}: value {arg.name} is passed as {seen} and as {ty}")
                 types[arg.name] = "i64"
             aligned[arg.name] = aligned.get(arg.name, True) and param in divisible
-    return {p: types[p] for p in combo.params}, [p for p in combo.params if aligned[p]]
+    names = parameter_names(combo)
+    return {names[p]: types[p] for p in combo.params}, [names[p] for p in combo.params if aligned[p]]
 
 
 # --- program ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ the options ask for and every target arch.
 
 from __future__ import annotations
 
+import re
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -66,6 +67,8 @@ def build_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]
     dynamic = shapes if isinstance(shapes, Dynamic) else None
 
     variants, weights, checked = [], None, set()
+    first_of: dict = {}  # a combo's source with its name taken out (and its compile options) -> its label
+    copies: dict = {}  # label -> the label of the identical combo compiled
     keys = {b: trace_mod.trace_keys(model, inputs, options.archs, cache, model_file, reporter, dynamic)
             for b, inputs in by_batch.items()}
     steps = [(b, a) for b in by_batch for a in options.archs]
@@ -93,13 +96,23 @@ def build_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]
                 variants.append(variant)
                 for combo in plan.combos:
                     signature, aligned = codegen.combo_signature(combo)
-                    scheduler.add(compiler.Job(_label(variant, combo.name), variant.sources[combo.name], combo.name,
-                                               tuple(signature.items()), tuple(aligned), arch, combo.num_warps))
+                    label, source = _label(variant, combo.name), variant.sources[combo.name]
+                    # A combo identical to one compiled already but for its name (the same layer
+                    # again, deeper in the model) takes that one's binary and image.
+                    same = (arch, re.sub(rf"\b{combo.name}\b", "COMBO", source), tuple(signature.items()),
+                            tuple(aligned), combo.num_warps, combo.num_stages)
+                    if same in first_of:
+                        copies[label] = first_of[same]
+                        continue
+                    first_of[same] = label
+                    scheduler.add(compiler.Job(label, source, combo.name, tuple(signature.items()), tuple(aligned),
+                                               arch, combo.num_warps, combo.num_stages))
                 # Workers, if the compiles ahead are worth them: they start while the next
                 # shape or arch is traced, and take this one's kernels meanwhile.
                 scheduler.plan_pool(archs_left=len(steps) - index - 1)
-            with reporter.stage(f"compile {_compile_what(variants, options, scheduler)}", timing_key="compile"):
+            with reporter.stage(f"compile {_compile_what(variants, options, scheduler, len(copies))}", timing_key="compile"):
                 binaries = scheduler.finish()
+                binaries.update({label: binaries[first] for label, first in copies.items()})
         finally:
             scheduler.close()
 
@@ -136,12 +149,14 @@ def _label(variant: Variant, combo: str) -> str:
     return arch if variant.batch is None else f"batch{variant.batch}/{arch}"
 
 
-def _compile_what(variants: list[Variant], options: BuildOptions, scheduler) -> str:
+def _compile_what(variants: list[Variant], options: BuildOptions, scheduler, copies: int) -> str:
     total = sum(len(v.plan.combos) for v in variants)
     what = f"{total} kernels for {', '.join(f'sm_{a}' for a in options.archs)}"
     batches = len({v.batch for v in variants})
     if batches > 1:
         what += f" x {batches} batch sizes"
-    if scheduler.total < total:
-        what += f", {total - scheduler.total} from the build cache"
+    if copies:
+        what += f" ({total - copies} distinct)"
+    if scheduler.total < total - copies:
+        what += f", {total - copies - scheduler.total} from the build cache"
     return what
