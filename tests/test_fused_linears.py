@@ -183,7 +183,7 @@ def test_a_norm_used_elsewhere_stays_its_own_kernel(tmp_path):
 def test_large_matmuls_stay_cublas(monkeypatch):
     torch.manual_seed(0)
     model, x = PreNormBlock().eval(), torch.randn(4, 32, 64)
-    monkeypatch.setattr(fused_linears, "FUSED_MAX_FLOPS", 2 * 128 * 64 * 64 - 1)  # below the smallest here
+    monkeypatch.setattr(fused_linears, "FUSED_MAX_FLOPS_FP32", 2 * 128 * 64 * 64 - 1)  # below the smallest here
     graph, _, _ = inductor.trace(model, (x,), 90)
     assert not any(isinstance(op, g.Extern) and op.op.startswith("aotcombo::") for op in graph.ops)
     assert sum(isinstance(op, g.Extern) and op.op.startswith(("aten::addmm", "aten::mm")) for op in graph.ops) == 4
@@ -203,6 +203,7 @@ def test_the_tile_rule():
     assert fused_linears.tiles(8, 1536, 1024, "bfloat16") == Tiles(16, 32, 128, 4, 3)  # a decode step
     assert fused_linears.tiles(1024, 1024, 256, "bfloat16") == Tiles(64, 64, 64, 4, 3)  # 256 programs already
     assert fused_linears.tiles(4, 20, 8, "float32") == Tiles(16, 32, 16, 4, 2)
+    assert fused_linears.tiles(256, 1024, 256, "float32") == Tiles(16, 64, 32, 4, 2)  # 16 rows for fp32
 
 
 def test_the_recipe_round_trips_through_json():

@@ -53,6 +53,10 @@ OP = "aotcombo::fused_linear"
 # fused_linear_bench.log): fused kernels beat norm + cuBLAS + epilogue 1.2-2.7x up to 0.13 GFLOP
 # and lose 0.5-0.8x from 0.45 GFLOP.
 FUSED_MAX_FLOPS = 2 ** 27  # 2*M*N*K: above it cuBLAS's tuned kernels win
+# float32 (tf32x3, three products per product) from a lower size: alone its kernels beat
+# cuBLAS to 0.13 GFLOP, but in place the GPT-2 block's (0.03-0.13 GFLOP) ran 0.069 -> 0.091 ms
+# and the Llama block's gained nothing (benchmarks/results/zoo/zoo_bench_fp32.log).
+FUSED_MAX_FLOPS_FP32 = 2 ** 24
 # Weights above this stay cuBLAS's too: a decode step's matmuls (a few rows, megabytes of
 # weight) measured 1.04-1.28x faster fused alone, but the LLM sample's step went 0.338 ->
 # 0.356 ms with them fused (benchmarks/results/llm_bench_fused.log): bandwidth-bound, where
@@ -415,7 +419,8 @@ def fuse(ep) -> int:
         x, weight, layout, bias, m = found
         n, k = (_val(weight).shape if layout == "nk" else _val(weight).shape[::-1])
         dtype = _val(weight).dtype
-        if _dtype_name(dtype) not in FLOAT_DTYPES or _val(x).dtype != dtype or 2 * m * n * k > FUSED_MAX_FLOPS or (
+        max_flops = FUSED_MAX_FLOPS_FP32 if dtype == torch.float32 else FUSED_MAX_FLOPS
+        if _dtype_name(dtype) not in FLOAT_DTYPES or _val(x).dtype != dtype or 2 * m * n * k > max_flops or (
                 n * k * dtype.itemsize > FUSED_MAX_WEIGHT_BYTES) or any(
                 isinstance(s, torch.SymInt) for s in (*_val(x).shape, m)):
             continue
@@ -523,11 +528,12 @@ def tiles(m: int, n: int, k: int, dtype: str) -> Tiles:
     measured it against other configs): the matmuls fused are small, so the rule buys
     parallelism. Tiles start at 64 x 64 (no larger than the matrix) and shrink, rows first
     down to 16, then columns down to 32, while the grid has fewer than ``MIN_PROGRAMS``
-    programs. k steps of 64, or 128 where there are few rows (a decode step: the weight's
-    bandwidth is the work) or k fits in one (float32: 32); 4 warps; loads pipelined 3 deep
-    (2 for float32)."""
+    programs (float32's tiles have 16 rows from the start: its three tf32 products per product
+    need the registers, and every float32 shape measured ran fastest so). k steps of 64, or 128
+    where there are few rows (a decode step: the weight's bandwidth is the work) or k fits in
+    one (float32: 32); 4 warps; loads pipelined 3 deep (2 for float32)."""
     wide = dtype != "float32"
-    block_m, block_n = min(64, max(16, _next_power_of_2(m))), min(64, max(32, _next_power_of_2(n)))
+    block_m, block_n = min(64 if wide else 16, max(16, _next_power_of_2(m))), min(64, max(32, _next_power_of_2(n)))
     while _cdiv(m, block_m) * _cdiv(n, block_n) < MIN_PROGRAMS and block_m > 16:
         block_m //= 2
     while _cdiv(m, block_m) * _cdiv(n, block_n) < MIN_PROGRAMS and block_n > 32:
