@@ -1,37 +1,16 @@
 """Linears that take in the norm before them and the pointwise ops after them: one kernel each.
 
-In a transformer block each matmul sits between kernels Inductor does not merge with it: the
-layer norm (or RMS norm) that makes its input, and the bias, activation and residual add that
-follow it. ``fuse`` rewrites, in the exported graph before Inductor sees it, each chain
-
-    y = epilogue(norm(x) @ W + bias)
-
-into one call of the custom op ``aotcombo::fused_linear(x, W, operands, recipe)``, whose
-``recipe`` (a ``Recipe`` as JSON) says what to compute. Inductor plans around the call as an
-extern kernel; after the trace, ``lower`` replaces each call with a Triton kernel of ours
-rendered from ``templates/fused_linear.py.j2``: every size and stride fixed, a tile config
-chosen by ``tiles`` from the shapes, one program per output tile, no autotuning.
-
-- **norm**: ``aten.layer_norm`` over the last dim, or an RMS norm written out as
-  ``w * (x * rsqrt(mean(x**2, -1, keepdim) + eps))`` (the way Llama, T5 and their kin write
-  it, with their casts), used by this matmul only. Each program computes its rows'
-  statistics in float32, then normalizes the tiles of x as it loads them.
-- **matmul**: ``linear(x, W[, b])``, ``addmm(C, x, W)`` or ``mm(x, W)`` over a weight of the
-  program (``W`` or ``W.T``); ``C`` a bias row or a whole matrix (a residual that
-  ``linears.fold_residuals`` made the matmul's C input), added before the product is rounded.
-- **epilogue**: the pointwise ops that follow (``EPILOGUE_OPS``: GELU in either form, written
-  out or not, SiLU, ReLU, residual adds, scaling, casts), as long as only their last value
-  is used elsewhere; their other tensor operands are whole ``[M, N]`` matrices or ``[N]``
-  rows computed before the matmul. They run in float32 on the product rounded to its dtype,
-  and round once when stored (as Inductor's fused kernels do).
-
-Only matmuls of at most ``FUSED_MAX_FLOPS`` and ``FUSED_MAX_WEIGHT_BYTES`` are fused, and only
-where a norm or an epilogue goes with them (a bare linear is one launch either way): below
-that size a launch costs more than our fixed tiles lose to cuBLAS
-(``benchmarks/fused_linear_bench.py`` measures the crossover); larger matmuls stay cuBLAS
-calls. Float16, bfloat16 and float32 (its products as
-three tf32 products each: as close to float64 as eager's fp32 matmul, see ``FP32_DOT_PRECISION``);
-not with a dynamic batch.
+``fuse`` rewrites, in the exported graph before Inductor, each small ``epilogue(norm(x) @ W +
+bias)`` into one ``aotcombo::fused_linear(x, W, operands, recipe)`` call (``Recipe`` as JSON);
+after the trace, ``lower`` replaces each call with a Triton kernel of ours
+(``templates/fused_linear.py.j2``): sizes and strides fixed, tiles by ``tiles``, no autotuning.
+The norm: ``aten.layer_norm`` or an RMS norm written out with its casts, used by this matmul
+only. The matmul: ``linear``, ``addmm`` or ``mm`` by a weight (``W`` or ``W.T``), its C a bias
+row or a whole matrix. The epilogue: the pointwise ops after it (``EPILOGUE_OPS``), in float32
+on the product rounded to its dtype, whose last value only is used elsewhere; a combined
+gate/up's ``silu(gate) * up`` as two products per tile. The limits below (cuBLAS keeps the
+rest) come from ``benchmarks/fused_linear_bench.py`` and the zoo on an H100. Not with a
+dynamic batch.
 """
 
 from __future__ import annotations
@@ -49,26 +28,18 @@ from ..runtime.manifest import ITEMSIZE
 from . import graph as g
 
 OP = "aotcombo::fused_linear"
-# The rule's numbers, from benchmarks/fused_linear_bench.py on an H100 (benchmarks/results/
-# fused_linear_bench.log): fused kernels beat norm + cuBLAS + epilogue 1.2-2.7x up to 0.13 GFLOP
-# and lose 0.5-0.8x from 0.45 GFLOP.
-FUSED_MAX_FLOPS = 2 ** 27  # 2*M*N*K: above it cuBLAS's tuned kernels win
-# float32 (tf32x3, three products per product) from a lower size: alone its kernels beat
-# cuBLAS to 0.13 GFLOP, but in place the GPT-2 block's (0.03-0.13 GFLOP) ran 0.069 -> 0.091 ms
-# and the Llama block's gained nothing (benchmarks/results/zoo/zoo_bench_fp32.log).
+# benchmarks/results/fused_linear_bench.log: fused beats norm + cuBLAS + epilogue 1.2-2.7x up
+# to 0.13 GFLOP, loses 0.5-0.8x from 0.45 GFLOP. float32 (tf32x3) lower: in place the fp32 GPT-2
+# block ran 0.069 -> 0.091 ms fused (zoo/zoo_bench_fp32.log). Weights over 2 MiB: the LLM decode
+# step went 0.338 -> 0.356 ms fused (llm_bench_fused.log). Under 16 programs a few programs walk
+# the whole k loop (DLRM's 8-row MLP: 0.042 -> 0.053 ms); every win measured had 18 or more.
+FUSED_MAX_FLOPS = 2 ** 27  # 2*M*N*K
 FUSED_MAX_FLOPS_FP32 = 2 ** 24
-# Weights above this stay cuBLAS's too: a decode step's matmuls (a few rows, megabytes of
-# weight) measured 1.04-1.28x faster fused alone, but the LLM sample's step went 0.338 ->
-# 0.356 ms with them fused (benchmarks/results/llm_bench_fused.log): bandwidth-bound, where
-# cuBLAS's split-K kernels use the whole GPU.
 FUSED_MAX_WEIGHT_BYTES = 2 ** 21
-# A matmul whose tiles make fewer programs than this stays cuBLAS's: a few programs walk the
-# whole k loop while the GPU idles (DLRM's MLP at 8 rows, 1-2 programs each: 0.042 -> 0.053 ms
-# fused); every win measured had 18 programs or more.
 FUSED_MIN_PROGRAMS = 16
 MIN_PROGRAMS = 64  # the tile rule shrinks tiles until the grid has this many programs
-# tl.dot's precision for float32: three tf32 products per fp32 one (tensor cores). Measured
-# 1.2-1.8e-7 from float64, below the 2.4-4.1e-7 of Triton's "ieee" dot, and 1.7-3x faster.
+# float32 products as three tf32 ones (tensor cores): 1.2-1.8e-7 from float64, below the
+# 2.4-4.1e-7 of Triton's "ieee" dot, and 1.7-3x faster.
 FP32_DOT_PRECISION = "tf32x3"
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")
 TRITON_DTYPE = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32"}
@@ -146,14 +117,6 @@ def _(x, weight, operands, recipe):
     return x.new_empty((r.m, r.n), dtype=getattr(torch, r.out_dtype))
 
 
-def _gelu(x):
-    return 0.5 * x * (1.0 + torch.erf(x * 0.7071067811865476))
-
-
-def _gelu_tanh(x):
-    return 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
-
-
 # op -> (Triton expression on float32 values, the same in torch)
 EPILOGUE_OPS = {
     "add": ("{0} + {1}", lambda a, b: a + b),
@@ -171,9 +134,9 @@ EPILOGUE_OPS = {
     "sigmoid": ("tl.sigmoid({0})", torch.sigmoid),
     "relu": ("tl.where({0} != {0}, {0}, tl.maximum({0}, 0.0))", torch.relu),
     "silu": ("{0} * tl.sigmoid({0})", torch.nn.functional.silu),
-    "gelu": ("0.5 * {0} * (1.0 + libdevice.erf({0} * 0.7071067811865476))", _gelu),
+    "gelu": ("0.5 * {0} * (1.0 + libdevice.erf({0} * 0.7071067811865476))", torch.nn.functional.gelu),
     "gelu_tanh": ("0.5 * {0} * (1.0 + libdevice.tanh(0.7978845608028654 * ({0} + 0.044715 * {0} * {0} * {0})))",
-                  _gelu_tanh),
+                  lambda a: torch.nn.functional.gelu(a, approximate="tanh")),
     "round_bfloat16": ("{0}.to(tl.bfloat16).to(tl.float32)", lambda a: a.bfloat16().float()),
     "round_float16": ("{0}.to(tl.float16).to(tl.float32)", lambda a: a.half().float()),
     "copy": ("{0}", lambda a: a),
@@ -316,9 +279,8 @@ def _epilogue_op(node):
 
 
 def _halves(matmul, n: int):
-    """The two halves of a matmul's output columns, when its users only split them apart (gate
-    and up of a combined gate/up projection, sliced or chunked): ``(first, second, between)``,
-    ``between`` the nodes in between that go with the matmul, else None."""
+    """``(first, second, between)`` when the matmul's users only slice or chunk its columns in
+    halves (a combined gate/up), ``between`` the nodes that go with it; else None."""
     users, last_dim = _users(matmul), _val(matmul).dim() - 1
     if n % 2:
         return None
@@ -346,10 +308,9 @@ def _halves(matmul, n: int):
 
 
 def _grow_epilogue(graph, roots: dict, matmul, order: dict, m: int, n: int):
-    """The pointwise ops after ``roots`` (the matmul's [m, n] output, or its two halves) that
-    one kernel can take: ``(steps, extras, last)``, the nodes in order with their (op,
-    operands), the extra tensors they read, and the node whose value the kernel stores; None
-    when no op follows."""
+    """``(steps, extras, last)``: the pointwise ops after ``roots`` (the [m, n] product or its
+    halves) one kernel can take, with (op, operands), the extra tensors read, and the node
+    stored; None when no op follows."""
     members: dict = dict.fromkeys(roots)
     extras: list = []
     first = max(order[r] for r in roots)
@@ -524,14 +485,10 @@ def _next_power_of_2(n: int) -> int:
 
 
 def tiles(m: int, n: int, k: int, dtype: str) -> Tiles:
-    """The tile config of a fused linear, by rule (``benchmarks/fused_linear_bench.py``
-    measured it against other configs): the matmuls fused are small, so the rule buys
-    parallelism. Tiles start at 64 x 64 (no larger than the matrix) and shrink, rows first
-    down to 16, then columns down to 32, while the grid has fewer than ``MIN_PROGRAMS``
-    programs (float32's tiles have 16 rows from the start: its three tf32 products per product
-    need the registers, and every float32 shape measured ran fastest so). k steps of 64, or 128
-    where there are few rows (a decode step: the weight's bandwidth is the work) or k fits in
-    one (float32: 32); 4 warps; loads pipelined 3 deep (2 for float32)."""
+    """Tiles by rule (the fastest configs measured, for parallelism): 64 x 64 (16 rows for
+    float32), shrunk rows first to 16, then columns to 32, while under ``MIN_PROGRAMS``
+    programs; k steps of 64, 128 for few rows or a k of 128 (float32: 32); 4 warps; 3 stages
+    (float32: 2)."""
     wide = dtype != "float32"
     block_m, block_n = min(64 if wide else 16, max(16, _next_power_of_2(m))), min(64, max(32, _next_power_of_2(n)))
     while _cdiv(m, block_m) * _cdiv(n, block_n) < MIN_PROGRAMS and block_m > 16:
@@ -558,8 +515,7 @@ def _aligned(spec: g.TensorSpec) -> bool:
 
 
 def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[g.Kernel, tuple]:
-    """The Triton kernel computing one ``aotcombo::fused_linear`` call (with the tiles of
-    ``tiles``, or ``config``), and its launch's arguments (x, W, the operands, the output)."""
+    """The kernel of one ``aotcombo::fused_linear`` call (``tiles``, or ``config``), and its args."""
     from .codegen import render
 
     x, weight, operands, text = op.args
