@@ -95,9 +95,40 @@ def test_program_renders_ops_in_plan_order_and_nests_outputs():
     source = codegen.render_program(plan, structure, "demo")
     tree = ast.parse(source)
     forward = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
-    assert [a.arg for a in forward.args.args] == ["kernels", "weights", "device", "arg0_1", "arg1_1"]
+    assert [a.arg for a in forward.args.args] == ["kernels", "weights", "device", "arg0_1", "arg1_1", "aotcombo_out"]
     assert "kernels[0](arg0_1, buf0, arg1_1, buf1)" in source
+    # the outputs it allocates go where the caller says, when it says (graph mode's output slots)
+    assert "buf0 = empty_strided((1024,), (1,), dtype=torch.float32, device=device) if aotcombo_out is None " \
+           "else aotcombo_out[0]" in source and "else aotcombo_out[1]" in source
     assert "return {'a': buf0, 'b': (buf1,)}" in source
+
+
+def test_views_count_from_their_root_tensor_and_placed_outputs_go_where_the_caller_says():
+    """A view's offset counts from the start of the tensor it views (an input may be a slice
+    of a larger one; a placed output a slot inside one allocation), as Inductor's are."""
+    import torch
+
+    b = Builder()
+    x = b.input()
+    buf = b.launch(pointwise("copy_x", n=1024), [x])
+    for name, base, offset in (("x_tail", x, 1000), ("buf_tail", buf, 1020), ("buf_tail_tail", "buf_tail", 1022)):
+        b.ops.append(g.View(name, base, g.TensorSpec((2,), (1,), "float32", offset)))
+    plan = make_plan(b.graph([buf, "x_tail", "buf_tail_tail"]))
+    source = codegen.render_program(plan, ("tuple", (("leaf",),) * 3), "demo")
+    assert "x_tail = as_strided(arg0_1, (2,), (1,), arg0_1.storage_offset() + 1000)" in source
+    assert "buf_tail_tail = as_strided(buf_tail, (2,), (1,), buf0.storage_offset() + 1022)" in source
+    namespace = {}
+    exec(compile(source, "program", "exec"), namespace)
+
+    def copy_x(x, out, *_):
+        out.copy_(x)
+
+    storage = torch.arange(2048.0)
+    x = storage[1024:]  # an input that starts past its storage's beginning
+    for out in (None, [torch.zeros(2048)[1024:]]):  # the program's own output, or the caller's tensor
+        y, x_tail, buf_tail = namespace["forward"]([copy_x], [], "cpu", x, aotcombo_out=out)
+        assert torch.equal(x_tail, x[1000:1002]) and torch.equal(buf_tail, x[1022:1024])
+        assert out is None or y is out[0]
 
 
 @pytest.mark.parametrize("value, text", [
@@ -126,7 +157,7 @@ def test_installed_copy_finds_its_templates(tmp_path):
     probe = (
         "import aotcombo.builder.codegen as c, sys; "
         "print(c.__file__); print(c.templates_dir()); print(len(c.render('program.py.j2', name='x', version='0', "
-        "n_launches=0, n_externs=0, inputs=['a'], weights=[], body=[], result='a', runtime_ops=[])))"
+        "n_launches=0, n_externs=0, inputs=['a'], weights=[], body=[], result='a', runtime_ops=[], placed='out')))"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     run = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)

@@ -17,6 +17,7 @@ import jinja2
 from .. import __version__
 from . import graph as g
 from ..errors import UnsupportedModelError
+from ..runtime.manifest import PLACED
 from .inductor import ATTENTION, KERNEL_PRELUDE
 from .plan import Combo, ComboLaunch, Plan, SubKernel
 
@@ -256,13 +257,41 @@ def _op_call(op: str) -> str:
     return f"{prefix}.{name}.{overload}"
 
 
-def _op_line(op, combos: dict[str, tuple[int, Combo]]) -> str:
+def placed_outputs(graph: g.Graph, ops) -> dict[str, int]:
+    """The output buffers the program allocates itself and returns as they are, by name:
+    their index among the tensors it returns. Given ``aotcombo_out``, the program writes
+    them into ``aotcombo_out[index]`` instead (graph mode's output slots: no copy out)."""
+    scalars = {op.out for op in ops if isinstance(op, g.Scalar)}  # ints: no tensor of the returned ones
+    names = [o for o in graph.user_outputs if o is not None and o not in scalars]
+    allocated = {op.out for op in ops if isinstance(op, g.Alloc)}
+    return {name: k for k, name in enumerate(names) if name in allocated and names.count(name) == 1}
+
+
+def view_roots(ops, placed: dict[str, int]) -> dict[str, str | None]:
+    """For each view, the tensor it views at the end of its chain of views when that one may
+    start past its storage's beginning (an input, a weight, a placed output), else None
+    (a buffer the program allocates: its storage offset is 0). A view's offset counts
+    from that tensor's start, as Inductor's ``ReinterpretView`` does."""
+    allocated = {op.out for op in ops if isinstance(op, g.Alloc) and op.out not in placed}
+    roots: dict[str, str | None] = {}
+    for op in ops:
+        if isinstance(op, g.View):
+            root = roots.get(op.base, op.base)
+            roots[op.out] = None if root is None or root in allocated else root
+    return roots
+
+
+def _op_line(op, combos: dict[str, tuple[int, Combo]], placed: dict[str, int], roots: dict) -> str:
     if isinstance(op, g.Alloc):
         s = op.spec
-        return f"{op.out} = empty_strided({_expr(s.shape)}, {_expr(s.stride)}, dtype=torch.{s.dtype}, device=device)"
+        alloc = f"empty_strided({_expr(s.shape)}, {_expr(s.stride)}, dtype=torch.{s.dtype}, device=device)"
+        if op.out in placed:
+            return f"{op.out} = {alloc} if {PLACED} is None else {PLACED}[{placed[op.out]}]"
+        return f"{op.out} = {alloc}"
     if isinstance(op, g.View):
-        s = op.spec
-        return f"{op.out} = as_strided({op.base}, {_expr(s.shape)}, {_expr(s.stride)}, {_expr(s.storage_offset)})"
+        s, root = op.spec, roots.get(op.out)
+        offset = _expr(s.storage_offset) if root is None else f"{root}.storage_offset() + {_expr(s.storage_offset)}"
+        return f"{op.out} = as_strided({op.base}, {_expr(s.shape)}, {_expr(s.stride)}, {offset})"
     if isinstance(op, g.Scalar):
         return f"{op.out} = {_scalar_expr(op)}"
     if isinstance(op, g.GetItem):
@@ -317,6 +346,8 @@ def _structure_expr(structure: tuple, leaves) -> str:
 def render_program(plan: Plan, structure: tuple, name: str) -> str:
     graph = plan.graph
     combos = {c.name: (i, c) for i, c in enumerate(plan.combos)}
+    placed = placed_outputs(graph, plan.ops)
+    roots = view_roots(plan.ops, placed)
     return render(
         "program.py.j2",
         name=name,
@@ -326,7 +357,8 @@ def render_program(plan: Plan, structure: tuple, name: str) -> str:
         inputs=[i.name for i in sorted((i for i in graph.inputs if i.kind == "user"), key=lambda i: i.key)],
         runtime_ops=sorted({_op_call(op.op) for op in plan.ops if isinstance(op, g.Extern) and op.op == ATTENTION}),
         weights=[i.name for i in graph.inputs if i.kind == "weight"],
-        body=[_op_line(op, combos) for op in plan.ops]
+        placed=PLACED,
+        body=[_op_line(op, combos, placed, roots) for op in plan.ops]
         + [f"{name}.copy_({graph.outputs[i]})" for name, i in graph.mutations],
         result=_structure_expr(structure, iter(graph.user_outputs)),
     )

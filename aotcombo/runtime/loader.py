@@ -26,7 +26,7 @@ from . import cuda
 from .buckets import BucketedModel
 from .graphs import GraphModel, GraphPerSize
 from .inputs import InputSpec, allocate, bind, make_guard
-from .manifest import Buckets, Dynamic, Kernel, Manifest, ManifestError
+from .manifest import PLACED, Buckets, Dynamic, Kernel, Manifest, ManifestError
 from .state import State, weights_for_load
 
 MAX_STREAMS = 64  # bound launchers kept per model: past that (a stream per call), they are dropped
@@ -124,6 +124,8 @@ class Model:
         self.context, self.kernels, self._forward = loaded.context, loaded.kernels, loaded.forward
         self._index, self._bound, self._static = self.device.index, {}, None
         self.names = [s.name for s in self.specs]
+        # whether run(inputs, out) writes outputs into the caller's tensors (not in packages built before it could)
+        self.places_outputs = PLACED in getattr(getattr(self._forward, "__code__", None), "co_varnames", ())
 
     def __call__(self, *inputs, **named):
         if named:
@@ -144,18 +146,21 @@ class Model:
             inputs[i].copy_(staged[i])
         return outputs
 
-    def run(self, inputs: tuple):
-        """The forward on ``inputs``, unchecked, queued on torch's current stream."""
+    def run(self, inputs: tuple, out: list | None = None):
+        """The forward on ``inputs``, unchecked, queued on torch's current stream. ``out`` (where
+        ``places_outputs``): a tensor per output, laid out as the forward's own; the outputs the
+        program allocates itself are written there (the others are returned as usual)."""
         stream = cuda.current_stream(self._index)
         kernels = self._bound.get(stream)
         if kernels is None:
             kernels = self._bind(stream)
+        placed = {PLACED: out} if out is not None else {}
         previous = cuda.current_context()
         if previous == self.context:
-            return self._forward(kernels, self.weights, self.device, *inputs)
+            return self._forward(kernels, self.weights, self.device, *inputs, **placed)
         cuda.set_current_context(self.context)
         try:
-            return self._forward(kernels, self.weights, self.device, *inputs)
+            return self._forward(kernels, self.weights, self.device, *inputs, **placed)
         finally:
             cuda.set_current_context(previous)
 

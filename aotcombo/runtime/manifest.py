@@ -27,6 +27,7 @@ from typing import Union
 
 FORMAT = 2
 BATCH = "batch"  # a dynamic batch dim in a shape
+PLACED = "aotcombo_out"  # the program's parameter: tensors for the outputs it would allocate itself
 
 
 class ManifestError(ValueError):
