@@ -65,6 +65,33 @@ def test_direct_inputs_are_read_in_place(sample):
         _check(name, loaded(*static), _eager(model, list(static)), f"static inputs, trial {trial}")
 
 
+def test_recurring_inputs_are_read_in_place_by_graphs_bound_to_them(sample):
+    """Input tensors that come back (refilled in place, or new ones where the allocator puts
+    them) get graphs bound to their addresses (runtime/bound.py): each answer is right, and
+    outputs the caller keeps are never overwritten."""
+    name, model, example = sample
+    loaded = import_package(name).load("cuda")
+    generator = torch.Generator(device="cuda").manual_seed(17)
+    sets = [[fresh_like(t, generator) for t in example] for _ in range(3)]
+    kept = []
+    for round_ in range(4):
+        for k, inputs in enumerate(sets):
+            for t in inputs:
+                t.copy_(fresh_like(t, generator))
+            got = loaded(*inputs)
+            ref = _eager(model, inputs)
+            _check(name, got, ref, f"round {round_}, input set {k}")
+            if round_ == 2:
+                kept.append((got, ref))
+    print(f"\n{name}: {len(loaded._bound)} graphs bound to recurring inputs")
+    assert len(loaded._bound) >= 3, "each recurring input set has a graph of its own"
+    for k, (got, ref) in enumerate(kept):
+        _check(name, got, ref, f"output of input set {k} kept through later calls")
+    for call in range(6):
+        inputs = [fresh_like(t, generator) for t in example]
+        _check(name, loaded(*inputs), _eager(model, inputs), f"new tensors, call {call}")
+
+
 @pytest.mark.parametrize("graphs", [True, False], ids=["graph", "op_by_op"])
 def test_any_strides_and_alignment(sample, graphs):
     name, model, example = sample

@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from aotcombo.runtime import cuda, graphs, loader as package
-from aotcombo.runtime.graphs import GraphModel, OutputSets, StreamOrder, copy_into, flatten, same_tensors, unflatten
+from aotcombo.runtime.graphs import GraphModel, StreamOrder, same_tensors
+from aotcombo.runtime.outputs import FOREACH_FROM, OutputSlots, copy_into, flatten, unflatten, unflattener
 from aotcombo.runtime.inputs import bind, check_inputs, make_guard
 from aotcombo.runtime.loader import Loaded, Model, Package, check_options, choose_variant
 from aotcombo.runtime.manifest import Dynamic, Tensor
@@ -267,7 +268,7 @@ def test_flatten_unflatten():
         got, spec = flatten(tree)
         assert all(x is y for x, y in zip(got, leaves, strict=True))
         rebuilt = unflatten(spec, got)
-        assert _same_tree(rebuilt, tree)
+        assert _same_tree(rebuilt, tree) and _same_tree(unflattener(spec)(got), tree)
         copies = [x.clone() for x in got]
         assert all(x is y for x, y in zip(flatten(unflatten(spec, copies))[0], copies, strict=True))
 
@@ -282,13 +283,13 @@ def _same_tree(x, y):
     return x == y
 
 
-@pytest.mark.parametrize("n", [1, graphs.FOREACH_FROM - 1, graphs.FOREACH_FROM, 40])
+@pytest.mark.parametrize("n", [1, FOREACH_FROM - 1, FOREACH_FROM, 40])
 def test_copies(n):
     sources = [torch.randn(3, 5 + i)[:, 1:] for i in range(n)]  # strided views among them
     targets = [torch.empty(3, 4 + i) for i in range(n)]
     copy_into(targets, sources)
     assert all(torch.equal(t, s) for t, s in zip(targets, sources))
-    copies = OutputSets(sources, keep=0)()
+    copies = OutputSlots(sources, keep=0)()
     assert all(torch.equal(c, s) and c.data_ptr() != s.data_ptr() for c, s in zip(copies, sources))
 
 
@@ -874,23 +875,24 @@ def test_load_under_an_unsupported_torch_names_the_private_ops_and_the_range(tmp
     package.check_torch(m, "2.10.0")
 
 
-def test_output_sets_carve_one_allocation_per_dtype():
+def test_output_slots_carve_one_allocation_per_dtype():
     sources = [torch.randn(3, 5), torch.randn(4, 6)[:, 1:], torch.randn(2).expand(3, 2), torch.randn(0, 3),
                torch.arange(7), torch.randn(1, 3)]
-    sets = graphs.OutputSets(sources, keep=0)
+    sets = OutputSlots(sources, keep=0)
     first, second = sets(), sets()
     for a, b, s in zip(first, second, sources):
         assert torch.equal(a, s) and torch.equal(b, s) and a.shape == s.shape and a.dtype == s.dtype
         assert a.numel() == 0 or a.data_ptr() != b.data_ptr() != s.data_ptr()
         assert a.data_ptr() % 16 == 0  # each starts 16-byte aligned
-    assert first[1].stride() == (5, 1) and first[0].stride() == (5, 1)
+    assert first[1].stride() == (6, 1) and first[0].stride() == (5, 1)  # the source's strides (a program writes there)
+    assert first[2].stride() == (2, 1)  # an expand's: dense
     floats = {t.untyped_storage().data_ptr() for t in first if t.dtype == torch.float32}
     assert len(floats) == 1  # one allocation for the float outputs of a call
 
 
-def test_output_sets_are_reused_only_when_the_caller_let_go():
+def test_output_slots_are_reused_only_when_the_caller_let_go():
     source = [torch.zeros(4), torch.zeros(2, dtype=torch.int64)]
-    sets = graphs.OutputSets(source)
+    sets = OutputSlots(source)
 
     def call(value):
         source[0].fill_(value)
@@ -909,4 +911,4 @@ def test_output_sets_are_reused_only_when_the_caller_let_go():
     assert y[0].data_ptr() not in {kept.data_ptr(), first[0]} and float(kept[0]) == 3  # never overwritten
     assert int(view[0]) == 4 and float(y[0][0]) == 5
     held = [call(v) for v in range(6, 12)]  # the caller keeps every output: each call a new set
-    assert [float(h[0][0]) for h in held] == list(range(6, 12)) and len(sets._sets) <= 2
+    assert [float(h[0][0]) for h in held] == list(range(6, 12)) and len(sets.slots) <= 2

@@ -20,7 +20,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-_MODULES = ("buckets", "cuda", "graphs", "inputs", "loader", "manifest", "repoint", "state")
+_MODULES = ("bound", "buckets", "cuda", "graphs", "inputs", "loader", "manifest", "outputs", "repoint", "state")
 
 
 def __getattr__(name):

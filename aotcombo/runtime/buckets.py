@@ -17,9 +17,9 @@ import threading
 
 import torch
 
-from .graphs import flatten, unflatten
 from .inputs import bind
 from .manifest import Buckets
+from .outputs import flatten, unflatten
 
 
 def lookup_table(sizes, pad: bool) -> list[int]:

@@ -9,19 +9,20 @@ private memory pool, the preplanned arena: as much as the forward's peak, held f
 model's life. Every load captures its own graph, so that is one pool per loaded model per
 device, plus its static inputs.
 
-Inputs: a call checks its inputs (unless ``check_inputs=False``: then they must have the
-built strides and alignment) and copies them into the static input buffers, whatever their
-strides and alignment (as op by op copies inputs of another layout into it), except inputs
-only the package's kernels read (repoint.py): when
-they have the built strides and alignment, the graph's kernels read the caller's tensors in
-place, without a copy. The caller's tensors are read by the GPU after the call returns
-(the replay is queued on the caller's stream, as any torch op would read them): change them
-only in stream order. A caller that writes into ``model.static_inputs()`` and passes those
-very tensors skips checks and copies. Inputs the model updates in place are copied back
-after the replay. Outputs: by default a call returns fresh tensors the caller may keep
-(copied from the graph's, all of one call carved from one allocation per dtype);
-``copy_outputs=False`` returns the static output tensors themselves, valid until the next
-call of the model, from any thread, overwrites them.
+Inputs that come back at the addresses of an earlier call take a graph bound to them
+(bound.py): no copies in or out. Otherwise, a call checks its inputs (unless
+``check_inputs=False``: then they must have the built strides and alignment) and copies
+them into the static input buffers, whatever their strides and alignment (as op by op
+copies inputs of another layout into it), except inputs only the package's kernels read
+(repoint.py): when they have the built strides and alignment, the graph's kernels read the
+caller's tensors in place, without a copy. The caller's tensors are read by the GPU after
+the call returns (the replay is queued on the caller's stream, as any torch op would read
+them): change them only in stream order. A caller that writes into
+``model.static_inputs()`` and passes those very tensors skips checks and copies. Inputs
+the model updates in place are copied back after the replay. Outputs: by default a call
+returns tensors the caller may keep (output slots, outputs.py: copied from the graph's, or
+written there by a bound graph); ``copy_outputs=False`` returns the static output tensors
+themselves, valid until the next call of the model, from any thread, overwrites them.
 
 Streams and threads: a call replays on the caller's current stream. The graph's buffers
 are shared, so calls are serialised: on the host by a lock around copy-in, replay and
@@ -34,115 +35,16 @@ from __future__ import annotations
 
 import contextlib
 import operator
-import sys
 import threading
 import warnings
 
 import torch
 
 from . import cuda
+from .bound import BoundGraphs, tensor_guard
 from .inputs import allocate, bind
+from .outputs import OutputSlots, copy_into, flatten, unflattener
 from .repoint import Repointer
-
-_foreach_copy = getattr(torch, "_foreach_copy_", None)
-FOREACH_FROM = 8  # copy this many tensors or more with one _foreach_copy_, fewer one by one (memcpys)
-
-
-def flatten(tree) -> tuple[list, object]:
-    """The tensors of an output tree (tuples, lists, dicts; other values kept) and its spec."""
-    leaves = []
-    return leaves, _spec(tree, leaves)
-
-
-def _spec(tree, leaves: list):
-    if isinstance(tree, torch.Tensor):
-        leaves.append(tree)
-        return None
-    if isinstance(tree, (tuple, list)):
-        return type(tree), [_spec(child, leaves) for child in tree]
-    if isinstance(tree, dict):
-        return dict, {key: _spec(child, leaves) for key, child in tree.items()}
-    return "value", tree
-
-
-def unflatten(spec, leaves: list):
-    """The tree ``spec`` describes, holding ``leaves`` in order."""
-    return leaves[0] if spec is None else _build(spec, iter(leaves))
-
-
-def _build(spec, leaves):
-    if spec is None:
-        return next(leaves)
-    kind, children = spec
-    if kind == "value":
-        return children
-    if kind is dict:
-        return {key: _build(child, leaves) for key, child in children.items()}
-    return kind([_build(child, leaves) for child in children])
-
-
-def copy_into(targets, sources) -> None:
-    """``target.copy_(source)`` for each pair, in one foreach call when there are many."""
-    if _foreach_copy is not None and len(targets) >= FOREACH_FROM:
-        _foreach_copy(list(targets), list(sources))
-    else:
-        for target, source in zip(targets, sources, strict=True):
-            target.copy_(source)
-
-
-class OutputSets:
-    """``sets()``: tensors holding the values of ``sources`` (same shapes and strides) that the
-    caller may keep, without an allocation per call.
-
-    A set is carved from one allocation per dtype at 16-byte aligned offsets. Up to ``keep``
-    sets are kept and reused once the caller holds none of their tensors and no view of them
-    (Python's reference counts of the tensors and the storages' use counts are back to what
-    the sets themselves hold): in a loop ``y = m(x)`` two sets alternate, and a call costs one
-    foreach copy. Sets the caller keeps are dropped from the ring, never overwritten.
-    """
-
-    def __init__(self, sources: list, keep: int = 2):
-        self.layout, self.totals = [], {}
-        for t in sources:
-            stride = torch.empty_like(t).stride()  # t's own, unless it overlaps itself (an expand)
-            span = 1 + sum((n - 1) * s for n, s in zip(t.shape, stride)) if t.numel() else 0
-            step = max(1, 16 // t.element_size())
-            offset = -(-self.totals.get(t.dtype, 0) // step) * step
-            self.layout.append((t.dtype, tuple(t.shape), stride, offset))
-            self.totals[t.dtype] = offset + span
-        self.device, self.sources, self.keep = sources[0].device if sources else None, list(sources), keep
-        self._sets, self._next = [], 0
-        self._use_count = getattr(torch._C, "_storage_Use_Count", None)  # None: sets are never reused
-
-    def __call__(self) -> list:
-        for ring in self._sets:
-            if self._free(ring):
-                copy_into(ring[0], self.sources)
-                return ring[0]
-        tensors, flats = self._new()
-        copy_into(tensors, self.sources)
-        if self.keep and self._use_count is not None:
-            ring = (tensors, flats, _refcounts(tensors), [self._use_count(f) for f in flats])
-            if len(self._sets) < self.keep:
-                self._sets.append(ring)
-            else:  # the caller holds every kept set: let the oldest go (it is the caller's now)
-                self._sets[self._next] = ring
-                self._next = (self._next + 1) % self.keep
-        return tensors
-
-    def _new(self) -> tuple[list, list]:
-        flat = {dtype: torch.empty(total, dtype=dtype, device=self.device) for dtype, total in self.totals.items()}
-        tensors = [flat[dtype].as_strided(shape, stride, offset) for dtype, shape, stride, offset in self.layout]
-        return tensors, [f.untyped_storage()._cdata for f in flat.values()]
-
-    def _free(self, ring) -> bool:
-        tensors, flats, counts, uses = ring
-        return _refcounts(tensors) == counts and [self._use_count(f) for f in flats] == uses
-
-
-def _refcounts(tensors: list) -> list[int]:
-    return [sys.getrefcount(t) for t in tensors]
-
 
 def same_tensors(a: tuple, b: tuple) -> bool:
     """Whether ``a`` holds exactly the tensor objects of ``b``, in order."""
@@ -174,7 +76,7 @@ class StreamOrder:
 
 def capture(run, inputs: tuple, device: torch.device, pool=None, state=None):
     """Run ``run(inputs)`` once to warm up (cuBLAS and cuDNN workspaces, lazy module loading,
-    kernel scratch), then capture it in a CUDA graph, both on a side stream, as
+    kernel scratch), then capture it in a CUDA graph, both on the device's side stream, as
     torch.cuda.graphs requires; returns (graph, outputs), the graph instantiated and its
     template kept (``raw_cuda_graph()``: repoint.py reads its kernel nodes). ``pool``: a
     memory pool shared with other graphs that never run at the same time. ``state``: the
@@ -184,19 +86,12 @@ def capture(run, inputs: tuple, device: torch.device, pool=None, state=None):
     saved = state.snapshot() if state is not None and state.tensors else None
     rng = torch.cuda.get_rng_state(device)  # the warm-up's random draws are put back too
     with torch.cuda.device(device):
-        stream = torch.cuda.Stream(device)
+        stream = side_stream(device)
         stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(stream):
             run(inputs)
             graph = _new_graph()
-            graph.capture_begin(pool=pool, capture_error_mode="thread_local")  # other threads may go on
-            try:
-                outputs = run(inputs)
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    graph.capture_end()
-                raise
-            graph.capture_end()
+            outputs = _captured(graph, pool, lambda: run(inputs))
             if getattr(graph, "_keeps_graph", False):
                 graph.instantiate()
             if saved is not None:
@@ -204,6 +99,46 @@ def capture(run, inputs: tuple, device: torch.device, pool=None, state=None):
             torch.cuda.set_rng_state(rng, device)
         stream.synchronize()
     return graph, outputs
+
+
+def capture_call(fn, device: torch.device, pool):
+    """A CUDA graph of ``fn()`` in ``pool``, captured on the device's side stream without a
+    warm-up (the main capture warmed the forward up on that stream: its workspaces exist);
+    torch's CUDA random generator is left as it was."""
+    rng = torch.cuda.get_rng_state(device)
+    with torch.cuda.device(device):
+        stream = side_stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            graph = torch.cuda.CUDAGraph()
+            _captured(graph, pool, fn)
+        torch.cuda.set_rng_state(rng, device)
+        torch.cuda.current_stream(device).wait_stream(stream)
+    return graph
+
+
+def _captured(graph, pool, fn):
+    """``fn()`` captured into ``graph`` (other threads may go on meanwhile); its result."""
+    graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+    try:
+        result = fn()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            graph.capture_end()
+        raise
+    graph.capture_end()
+    return result
+
+
+_side_streams: dict = {}
+
+
+def side_stream(device: torch.device):
+    """The stream every capture on ``device`` runs on (one, so cuBLAS's workspace for it is
+    made once, at the first warm-up)."""
+    if device not in _side_streams:
+        _side_streams[device] = torch.cuda.Stream(device)
+    return _side_streams[device]
 
 
 def _new_graph():
@@ -231,7 +166,8 @@ class GraphModel:
         self._pool, self._capturer, self._strict = pool, capturer or capture, strict
         self._graph, self._answered, self._failed, self._repoint = None, False, False, None
         self._copied, self._copied_to = (), ()  # inputs copied in beside those the kernels read in place
-        self._outputs, self._spec, self._fresh = [], None, None
+        self._outputs, self._unflatten, self._slots, self._bound = [], None, None, None
+        self._binds = capturer is None and model.device.type == "cuda"  # graphs bound to the caller's inputs
 
     def capture(self) -> GraphModel:
         """Capture the forward now (a warm-up run, then the capture, on the static inputs); a
@@ -244,13 +180,18 @@ class GraphModel:
     def _capture(self) -> None:
         model = self._model
         graph, outputs = self._capturer(model.run, self._inputs, model.device, self._pool, model.state_buffers)
-        self._outputs, self._spec = flatten(outputs)
-        self._fresh = OutputSets(self._outputs)
+        self._outputs, spec = flatten(outputs)
+        self._unflatten, self._slots = unflattener(spec), OutputSlots(self._outputs)
         direct = [i for i, s in enumerate(model.specs) if s.direct]
         self._repoint = Repointer.find(graph, model.kernels, self._inputs, direct, model.context) if direct else None
         if self._repoint is not None:
             self._copied = [i for i in range(len(self._inputs)) if i not in self._repoint.inputs]
             self._copied_to = [self._inputs[i] for i in self._copied]
+        accepts = tensor_guard(self._inputs) if self._binds and self.copy_outputs else None
+        if accepts is not None:
+            self._bound = BoundGraphs(model.run, self._inputs, [s.align for s in model.specs], self._slots,
+                                      lambda fn: capture_call(fn, model.device, graph.pool()), accepts,
+                                      getattr(model, "places_outputs", False))
         self._graph = graph
 
     def state(self) -> dict[str, torch.Tensor]:
@@ -271,9 +212,24 @@ class GraphModel:
     def __call__(self, *inputs, **named):
         if named:
             inputs = bind(self.names, inputs, named)
+        if self._bound is not None:
+            outputs = self.replay_bound(inputs)
+            if outputs is not None:
+                return outputs
         fresh = not self.holds(inputs)
         exact = self.guard(inputs) if fresh and self.guard is not None else True
         return self.replay_checked(inputs, fresh, exact)
+
+    def replay_bound(self, inputs: tuple):
+        """The outputs of a replay of the graph bound to the inputs' addresses (bound.py), or
+        None where the call takes the main graph's path (the static inputs always do)."""
+        bound = self._bound
+        if bound is None or (inputs and inputs[0] is self._inputs[0]) or not bound.accepts(inputs):
+            return None
+        with self._lock:
+            self._order.join()
+            outputs = bound.replay(inputs)
+        return None if outputs is None else self._unflatten(outputs)
 
     def replay_checked(self, inputs: tuple, fresh: bool, exact: bool = True):
         """A call on inputs that passed the guard; ``fresh``: not the static inputs themselves;
@@ -300,8 +256,8 @@ class GraphModel:
             if fresh:  # the graph updated its static copy of an input the model mutates: hand it back
                 for i in self.mutated:
                     inputs[i].copy_(self._inputs[i])
-            outputs = self._fresh() if self.copy_outputs else self._outputs
-        return unflatten(self._spec, outputs)
+            outputs = self._slots() if self.copy_outputs else self._outputs
+        return self._unflatten(outputs)
 
     def _run_once(self, inputs: tuple, exact: bool):
         """A call op by op (before the capture, or after a failed one): its outputs are its own."""
@@ -352,6 +308,10 @@ class GraphPerSize:
             graph = self._graphs.get(inputs[self._first].shape[0])
         except (IndexError, AttributeError):  # the guard names what is wrong
             graph = None
+        if graph is not None:
+            outputs = graph.replay_bound(inputs)
+            if outputs is not None:
+                return outputs
         fresh = graph is None or not graph.holds(inputs)
         exact = True
         if fresh:  # a graph's own static inputs need no check
@@ -410,6 +370,9 @@ class _Unchecked:
 
     def holds(self, inputs) -> bool:
         return False
+
+    def replay_bound(self, inputs):
+        return None
 
     def replay_checked(self, inputs, fresh: bool = True, exact: bool = True):
         return self._model.run(inputs) if exact else self._model.run_staged(inputs)

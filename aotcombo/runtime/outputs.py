@@ -1,0 +1,138 @@
+"""What a call hands back: output trees, and output tensors the caller may keep without an
+allocation per call.
+
+``flatten``/``unflatten`` take a forward's output tree (tuples, lists, dicts, other values
+kept) apart into its tensors and put it back together. ``OutputSlots`` holds a few sets of
+tensors shaped as the graph's outputs (slots), each carved from one allocation per dtype
+at 16-byte aligned offsets; a slot is free again once the caller holds none of its tensors
+and no view of them (Python's reference counts of the tensors and the storages' use counts
+are back to what the slots themselves hold). In a loop ``y = m(x)`` two slots alternate;
+when the caller holds every slot, a call gets a set of its own (``new_set``), never one
+the caller holds.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+_foreach_copy = getattr(torch, "_foreach_copy_", None)
+FOREACH_FROM = 8  # copy this many tensors or more with one _foreach_copy_, fewer one by one (memcpys)
+
+
+def flatten(tree) -> tuple[list, object]:
+    """The tensors of an output tree (tuples, lists, dicts; other values kept) and its spec."""
+    leaves = []
+    return leaves, _spec(tree, leaves)
+
+
+def _spec(tree, leaves: list):
+    if isinstance(tree, torch.Tensor):
+        leaves.append(tree)
+        return None
+    if isinstance(tree, (tuple, list)):
+        return type(tree), [_spec(child, leaves) for child in tree]
+    if isinstance(tree, dict):
+        return dict, {key: _spec(child, leaves) for key, child in tree.items()}
+    return "value", tree
+
+
+def unflatten(spec, leaves: list):
+    """The tree ``spec`` describes, holding ``leaves`` in order."""
+    return leaves[0] if spec is None else _build(spec, iter(leaves))
+
+
+def unflattener(spec):
+    """``unflatten(spec, ·)`` as one function, quick for the common trees: one tensor, a flat
+    tuple of tensors."""
+    if spec is None:
+        return _first
+    if spec[0] is tuple and all(child is None for child in spec[1]):
+        return tuple
+    return lambda leaves: _build(spec, iter(leaves))
+
+
+def _first(leaves: list):
+    return leaves[0]
+
+
+def _build(spec, leaves):
+    if spec is None:
+        return next(leaves)
+    kind, children = spec
+    if kind == "value":
+        return children
+    if kind is dict:
+        return {key: _build(child, leaves) for key, child in children.items()}
+    return kind([_build(child, leaves) for child in children])
+
+
+def copy_into(targets, sources) -> None:
+    """``target.copy_(source)`` for each pair, in one foreach call when there are many."""
+    if _foreach_copy is not None and len(targets) >= FOREACH_FROM:
+        _foreach_copy(list(targets), list(sources))
+    else:
+        for target, source in zip(targets, sources, strict=True):
+            target.copy_(source)
+
+
+class OutputSlots:
+    """Up to ``keep`` sets (slots) of tensors laid out as ``sources`` (same shapes, strides
+    and dtypes), reused once the caller lets go of them; see the module's docstring."""
+
+    def __init__(self, sources: list, keep: int = 2):
+        self.layout, self.totals = [], {}
+        for t in sources:
+            stride = t.stride() if _no_overlap(t) else torch.empty_like(t).stride()  # an expand's: dense
+            span = 1 + sum((n - 1) * s for n, s in zip(t.shape, stride)) if t.numel() else 0
+            step = max(1, 16 // t.element_size())
+            offset = -(-self.totals.get(t.dtype, 0) // step) * step
+            self.layout.append((t.dtype, tuple(t.shape), stride, offset))
+            self.totals[t.dtype] = offset + span
+        self.device, self.sources = sources[0].device if sources else None, list(sources)
+        self._use_count = getattr(torch._C, "_storage_Use_Count", None)  # None: slots are never reused
+        self.keep = keep if self._use_count is not None else 0
+        self.slots: list[list] = []  # each slot's tensors
+        self._held: list[tuple] = []  # each slot's (flat storages, reference counts, use counts) when free
+
+    def free(self) -> int | None:
+        """A slot the caller holds nothing of (a new one while there are fewer than ``keep``),
+        or None when the caller holds every slot."""
+        for k, (flats, counts, uses) in enumerate(self._held):
+            if _refcounts(self.slots[k]) == counts and list(map(self._use_count, flats)) == uses:
+                return k
+        if len(self.slots) >= self.keep:
+            return None
+        tensors, flats = self.new_set()
+        self.slots.append(tensors)
+        self._held.append((flats, _refcounts(tensors), list(map(self._use_count, flats))))
+        return len(self.slots) - 1
+
+    def new_set(self) -> tuple[list, list]:
+        """A set of output tensors of its own (not a slot), and its flat storages' handles."""
+        flat = {dtype: torch.empty(total, dtype=dtype, device=self.device) for dtype, total in self.totals.items()}
+        tensors = [flat[dtype].as_strided(shape, stride, offset) for dtype, shape, stride, offset in self.layout]
+        return tensors, [f.untyped_storage()._cdata for f in flat.values()]
+
+    def __call__(self) -> list:
+        """The sources' values in a free slot, or in a new set when the caller holds every slot."""
+        k = self.free()
+        tensors = self.new_set()[0] if k is None else self.slots[k]
+        copy_into(tensors, self.sources)
+        return tensors
+
+
+def _no_overlap(t: torch.Tensor) -> bool:
+    """Whether no two elements of ``t`` share an address (so its own strides can lay out a
+    slot: a program can write its output there as it would into its own buffer)."""
+    reach = 1
+    for stride, size in sorted((s, n) for n, s in zip(t.shape, t.stride()) if n > 1):
+        if stride < reach:
+            return False
+        reach += stride * (size - 1)
+    return True
+
+
+def _refcounts(tensors: list) -> list[int]:
+    return list(map(sys.getrefcount, tensors))
