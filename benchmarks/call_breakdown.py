@@ -14,7 +14,9 @@ Per model, synchronized wall clock per call (median of ``--calls``), all in this
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -42,11 +44,53 @@ def breakdown(name: str, calls: int) -> dict:
     return row
 
 
+def host_us(fn, calls: int = 400) -> float:
+    """Median host time of ``fn()`` in us, the GPU synchronized every 20 calls (so no queue fills)."""
+    times = []
+    for i in range(calls):
+        if i % 20 == 0:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter_ns()
+        fn()
+        times.append((time.perf_counter_ns() - t0) / 1e3)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def pieces(name: str) -> str:
+    """Host time of the default call's pieces on a graph bound to its inputs, against the static call's."""
+    from aotcombo.runtime.bound import _data_ptr
+
+    package = import_package(name)
+    _, sets = sample(name)
+    inputs = sets[0]
+    with torch.no_grad():
+        loaded = package.load("cuda", graphs=True)
+        for _ in range(4):
+            loaded(*inputs)
+        bound, slots = loaded._bound, loaded._slots
+        graph = next(iter(bound._graphs.values()))
+        static = package.load("cuda", graphs=True, copy_outputs=False)
+        held = static.static_inputs()
+        row = {"accepts": host_us(lambda: bound.accepts(inputs)),
+               "pointers": host_us(lambda: tuple(map(_data_ptr, inputs))),
+               "free slot": host_us(slots.free), "bound replay": host_us(graph.replay),
+               "main replay": host_us(static._graph.replay),
+               "default call": host_us(lambda: loaded(*inputs)), "static call": host_us(lambda: static(*held))}
+    return f"{name} ({len(inputs)} inputs, {len(slots.sources)} outputs; host us, medians): " + ", ".join(
+        f"{k} {v:.1f}" for k, v in row.items())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("models", nargs="+")
     parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--pieces", action="store_true", help="print the host time of the default call's pieces")
     args = parser.parse_args()
+    if args.pieces:
+        for name in args.models:
+            print(pieces(name), flush=True)
+        return
     print(f"{'model':20} " + " ".join(f"{k:>15}" for k in ("default", "same_inputs", "unchecked", "static_outputs",
                                                           "static")) + "  (ms, medians)")
     for name in args.models:

@@ -46,11 +46,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--profile", action="store_true",
+                        help="print the package's GPU kernels per decode step at batch 1 (op by op) and stop")
     args = parser.parse_args()
     device = torch.device("cuda")
     s = sample()
     model = s.get_model()
     weights = model.state_dict()
+    if args.profile:
+        return profile(s, weights, device)
     eager = model.to(device)
     decode_pkg = import_package("llm_decode")
     copy = copy_bandwidth(device, 1 << 30, 25, 200)
@@ -103,6 +107,29 @@ def main() -> None:
         ratio = f"{r['compile_ro_ms'] / r['ours_static_ms']:9.2f}" if "compile_ro_ms" in r else f"{'-':>9}"
         print(f"{r['batch']:5d} {r['bytes'] / 1e6:8.1f} {f('eager_ms')} {f('compile_ro_ms')} {f('ours_default_ms')} "
               f"{f('ours_static_ms')}  {ratio}  {100 * r['ours_static_copy_fraction']:.0f} %")
+
+
+def profile(s, weights, device, steps: int = 20) -> None:
+    """The GPU time of each kernel of a batch-1 decode step, op by op (the kernels a replay runs)."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    model = import_package("llm_decode").load("cuda", weights=weights, graphs=False)
+    tokens, pos = torch.randint(0, s.VOCAB, (1, 1), device=device), torch.tensor([1024], device=device)
+    with torch.no_grad():
+        for _ in range(5):
+            model(tokens, pos)
+        torch.cuda.synchronize()
+        with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(steps):
+                model(tokens, pos)
+            torch.cuda.synchronize()
+    rows = [(e.key, e.count // steps, e.device_time_total / steps) for e in prof.key_averages()
+            if e.device_time_total > 0]
+    rows.sort(key=lambda r: -r[2])
+    total = sum(r[2] for r in rows)
+    print(f"batch 1, {steps} steps: {total:.1f} us of GPU kernels per step, {sum(r[1] for r in rows)} kernels")
+    for key, count, us in rows[:30]:
+        print(f"{us:8.1f} us {count:4d}x  {key[:110]}")
 
 
 def _time(fn, sets, steps: int) -> float:
