@@ -66,7 +66,7 @@ class Kernel:
     divisible_by_16: tuple[str, ...]  # params inductor specialised as 16-aligned
     numels: tuple[tuple[str, int], ...]  # ("x", 4096), ("r0_", 768), ...
     reduction_hint: str | None
-    mutated: tuple[str, ...]  # params written in place (in_out_ptr*)
+    mutated: tuple[str, ...]  # params written in place (in_out_ptr*), or written by a kernel of ours
     no_x_dim: bool = False
     # Numels given at run time (a dynamic batch): their value in ``numels`` is the upper
     # bound of the range, which the block rules size for.
@@ -74,9 +74,9 @@ class Kernel:
     # A mixed-order reduction (Inductor's RSPLIT_SIZE): each program reduces this many rows
     # and leaves partial results in a workspace sized for exactly this split.
     rsplit_size: int | None = None
-    # A kernel aotcombo wrote itself (``heuristic == "matmul"``: fused_linears.py): its
-    # sizes are fixed in its source; its tile sizes (block params), grid, warps and pipeline
-    # stages are fixed with it.
+    # A kernel aotcombo wrote itself (``heuristic`` "matmul": fused_linears.py; "attention":
+    # decode_attention.py): its sizes are fixed in its source; its tile sizes (block params),
+    # grid, warps and pipeline stages are fixed with it.
     tiles: tuple[tuple[str, int], ...] = ()
     grid: tuple[int, int, int] | None = None
     num_warps: int | None = None

@@ -16,7 +16,7 @@ import torch
 
 from ..runtime.inputs import at_batch
 from ..runtime.manifest import BATCH, Dynamic
-from . import fused_linears, graph as g, linears
+from . import decode_attention, fused_linears, graph as g, linears
 
 
 @dataclass
@@ -87,6 +87,12 @@ def _fits(graph, inputs, weights) -> bool:
     return True
 
 
+def _lowered(graph: g.Graph) -> g.Graph:
+    """The traced graph with the calls aotcombo makes its own kernels for replaced by them
+    (after the cache: the cached trace is what Inductor made)."""
+    return decode_attention.lower(fused_linears.lower(graph))
+
+
 def trace_keys(model, inputs, archs, cache, model_file, reporter, dynamic: Dynamic | None = None) -> dict:
     """Trace cache keys for every arch, computed before any trace (a trace imports
     Inductor, whose configs are part of the key once imported)."""
@@ -112,7 +118,7 @@ def trace(model, inputs, arch, cache, key, reporter, where: str, dynamic: Dynami
             weights = _weights_of(model, graph, entry.get("constants") or {})
             if graph.arch == arch and graph.dynamic == dynamic and weights is not None and _fits(graph, inputs, weights):
                 reporter.line(f"trace for {where}: from the build cache")
-                return Traced(fused_linears.lower(graph), weights, structure, cached=True)
+                return Traced(_lowered(graph), weights, structure, cached=True)
             reporter.detail(f"{where}: the cached trace does not fit the model; tracing again")
     from . import inductor
 
@@ -121,4 +127,4 @@ def trace(model, inputs, arch, cache, key, reporter, where: str, dynamic: Dynami
     entry = {"graph": graph, "structure": structure, "constants": _lifted_constants(model, weights)}
     if key is not None and not cache.put_trace(key, entry):
         reporter.detail(f"{where}: the trace holds values the build cache does not store; not cached")
-    return Traced(fused_linears.lower(graph), weights, structure, cached=False)
+    return Traced(_lowered(graph), weights, structure, cached=False)

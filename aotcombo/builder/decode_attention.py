@@ -1,0 +1,178 @@
+"""Attention of a few query rows over a long cache (an LLM decode step), split over the keys.
+
+A decode step attends with a handful of query rows per (batch, head) over thousands of
+cached keys. torch's fused kernels give each (batch, head) one program that walks every key:
+at batch 1 with 4 key/value heads, cuDNN's attention kept 4 of an H100's 132 SMs busy for
+~32 us per layer, the largest item of the step (``benchmarks/llm_bench.py --profile``).
+``lower`` replaces each such call with two kernels of ours, flash-decoding's split
+(``templates/decode_attention.py.j2``): ``splits`` programs per (batch, head) each take a
+slice of the keys and leave a partial output with its row maxima and sums in float32; one
+program per (batch, head, query row) merges them into the output, in the layout the program reads it
+through. Sizes and strides are fixed at build time; the split is chosen so one call has
+about ``TARGET_PROGRAMS`` programs. Calls that do not fit (more rows, few keys, a causal
+flag, a dynamic batch, odd head sizes) stay torch's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+from ..runtime.manifest import ITEMSIZE
+from . import graph as g
+from .inductor import ATTENTION
+
+MAX_ROWS = 32  # query rows per (batch, head): more is a prefill, which torch's kernels do well
+MIN_KEYS = 256  # fewer keys: one program per (batch, head) walks them quickly enough
+BLOCK_N = 64  # keys per step of a split program
+TARGET_PROGRAMS = 256  # about two waves of an H100 (132 SMs) or an A100 (108)
+MAX_SPLITS = 64  # the combine kernel holds every split's partial row at once
+HEAD_DIMS = (16, 32, 64, 128, 256)
+DTYPES = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32"}
+POINTER_TYPE = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "bool": "*i1"}
+LOG2E = 1.4426950408889634
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def _ints(spec: g.TensorSpec) -> bool:
+    return all(isinstance(v, int) for v in (*spec.shape, *spec.stride, spec.storage_offset))
+
+
+def _broadcast_strides(spec: g.TensorSpec, shape: tuple) -> tuple | None:
+    """``spec``'s strides broadcast to ``shape`` (0 along its size-1 dims), or None when its
+    shape does not broadcast there."""
+    if len(spec.shape) != len(shape):
+        return None
+    if any(s not in (1, n) for s, n in zip(spec.shape, shape)):
+        return None
+    return tuple(0 if s == 1 and n != 1 else t for s, n, t in zip(spec.shape, shape, spec.stride))
+
+
+def fits(op: g.Extern, specs: dict, out: g.TensorSpec) -> bool:
+    """Whether the attention call ``op`` (its output ``out``) is one this module lowers."""
+    kwargs = dict(op.kwargs)
+    q, k, v = (specs.get(a.name) if isinstance(a, g.Ref) else None for a in op.args[:3])
+    mask = kwargs.get("attn_mask")
+    mask_spec = specs.get(mask.name) if isinstance(mask, g.Ref) else None
+    if None in (q, k, v) or kwargs.get("is_causal") or kwargs.get("enable_gqa") or (mask is not None and mask_spec is None):
+        return False
+    if not all(_ints(s) and len(s.shape) == 4 for s in (q, k, v, out)):
+        return False
+    (b, h, m, d), s = q.shape, k.shape[2]
+    if k.shape != (b, h, s, d) or v.shape != (b, h, s, d) or out.shape != (b, h, m, d):
+        return False
+    if not (q.dtype == k.dtype == v.dtype == out.dtype and q.dtype in DTYPES and d in HEAD_DIMS):
+        return False
+    if m > MAX_ROWS or s < MIN_KEYS:
+        return False
+    if mask_spec is not None:
+        if not _ints(mask_spec) or _broadcast_strides(mask_spec, (b, h, m, s)) is None:
+            return False
+        if mask_spec.dtype not in ("bool", q.dtype, "float32"):
+            return False
+    return True
+
+
+def split_of(batch_heads: int, keys: int) -> tuple[int, int]:
+    """(splits, keys per split): about ``TARGET_PROGRAMS`` programs, each a whole number of ``BLOCK_N`` key steps."""
+    steps = _cdiv(keys, BLOCK_N)
+    splits = min(steps, MAX_SPLITS, max(1, _cdiv(TARGET_PROGRAMS, batch_heads)))
+    per_split = _cdiv(steps, splits) * BLOCK_N
+    return _cdiv(keys, per_split), per_split
+
+
+def _aligned(spec: g.TensorSpec) -> bool:
+    return spec.storage_offset * ITEMSIZE[spec.dtype] % 16 == 0
+
+
+def kernels_for(op: g.Extern, specs: dict, out_name: str, scratch: tuple[str, str]) -> tuple:
+    """The split and combine kernels of one attention call, their launch args, and the
+    scratch buffers' specs (partial outputs, row stats)."""
+    from .codegen import render
+
+    kwargs = dict(op.kwargs)
+    q_ref, k_ref, v_ref = op.args[:3]
+    q, k, v, out = specs[q_ref.name], specs[k_ref.name], specs[v_ref.name], specs[out_name]
+    mask = kwargs.get("attn_mask")
+    mask_spec = specs[mask.name] if mask is not None else None
+    (b, h, m, d), keys = q.shape, k.shape[2]
+    splits, per_split = split_of(b * h, keys)
+    scale = kwargs.get("scale")
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    mask_kind = None if mask_spec is None else ("bool" if mask_spec.dtype == "bool" else "additive")
+    summary = (f"[{b}, {h}, {m}, {d}] queries over {keys} keys, {q.dtype}"
+               + (f", {mask_kind} mask" if mask_kind else "") + f"; {splits} splits of {per_split} keys")
+    common = dict(heads=h, rows=m, dim=d, splits=splits, summary=summary)
+    split_source = render("decode_attention.py.j2", part="split", name="KERNEL", **common,
+                          q_stride=q.stride, k_stride=k.stride, v_stride=v.stride, keys=keys,
+                          keys_per_split=per_split, scale_log2=repr(scale * LOG2E), mask=mask_kind,
+                          mask_stride=_broadcast_strides(mask_spec, (b, h, m, keys)) if mask_spec else None,
+                          dot_options=', input_precision="ieee"' if q.dtype == "float32" else "")
+    combine_source = render("decode_attention.py.j2", part="combine", name="KERNEL", **common,
+                            out_stride=out.stride, out_type=DTYPES[out.dtype])
+    block_m, block_d = max(16, _next_power_of_2(m)), d
+    acc = g.TensorSpec((b * h * splits * m * d,), (1,), "float32")
+    stats = g.TensorSpec((b * h * splits * m * 2,), (1,), "float32")
+    inputs = [(q_ref.name, q), (k_ref.name, k), (v_ref.name, v)] + ([(mask.name, mask_spec)] if mask_spec else [])
+    split = _kernel("decode_attention_split", split_source,
+                    [(p, n, s) for p, (n, s) in zip(["q_ptr", "k_ptr", "v_ptr", "mask_ptr"], inputs)]
+                    + [("acc_ptr", scratch[0], acc), ("stats_ptr", scratch[1], stats)],
+                    (("BLOCK_M", block_m), ("BLOCK_N", BLOCK_N), ("BLOCK_D", block_d)),
+                    (b * h * splits, 1, 1), (("m", m), ("n", keys), ("d", d)), writes=("acc_ptr", "stats_ptr"))
+    combine = _kernel("decode_attention_combine", combine_source,
+                      [("acc_ptr", scratch[0], acc), ("stats_ptr", scratch[1], stats), ("out_ptr", out_name, out)],
+                      (("BLOCK_S", max(2, _next_power_of_2(splits))), ("BLOCK_D", block_d)), (b * h * m, 1, 1),
+                      (("m", m), ("d", d)), writes=("out_ptr",))
+    return split, combine, acc, stats
+
+
+def _kernel(prefix: str, source: str, params: list, tiles: tuple, grid: tuple, numels: tuple, writes: tuple):
+    name = f"{prefix}_" + hashlib.sha256(source.encode()).hexdigest()[:12]
+    kernel = g.Kernel(
+        name=name, source=source.replace("def KERNEL(", f"def {name}(", 1), heuristic="attention",
+        signature=tuple((p, POINTER_TYPE[s.dtype]) for p, _, s in params) + tuple((t, "constexpr") for t, _ in tiles),
+        constants=(), divisible_by_16=tuple(p for p, _, s in params if _aligned(s)), numels=numels,
+        reduction_hint=None, mutated=writes, tiles=tiles, grid=grid, num_warps=4, num_stages=2)
+    return kernel, tuple(g.Ref(n) for _, n, _ in params)
+
+
+def lower(graph: g.Graph) -> g.Graph:
+    """``graph`` with every attention call that ``fits`` replaced by its output's allocation
+    and the launches of its split and combine kernels (and their scratch buffers)."""
+    specs = graph.spec
+    getitems: dict[str, list] = {}
+    for op in graph.ops:
+        if isinstance(op, g.GetItem):
+            getitems.setdefault(op.base, []).append(op)
+    lowered: dict[str, str] = {}  # the call's tuple -> its output tensor
+    for op in graph.ops:
+        if isinstance(op, g.Extern) and op.op == ATTENTION and op.out is not None:
+            items = getitems.get(op.out, [])
+            if len(items) == 1 and items[0].index == 0 and fits(op, specs, specs[items[0].out]):
+                lowered[op.out] = items[0].out
+    if not lowered:
+        return graph
+    kernels = {k.name: k for k in graph.kernels}
+    ops, new_specs = [], dict(graph.specs)
+    for op in graph.ops:
+        if isinstance(op, g.GetItem) and op.base in lowered:
+            continue
+        if not (isinstance(op, g.Extern) and op.out in lowered):
+            ops.append(op)
+            continue
+        out = lowered[op.out]
+        scratch = (f"{out}_partial", f"{out}_stats")
+        (split, split_args), (combine, combine_args), acc, stats = kernels_for(op, specs, out, scratch)
+        kernels.setdefault(split.name, split)
+        kernels.setdefault(combine.name, combine)
+        new_specs.update({scratch[0]: acc, scratch[1]: stats})
+        ops += [g.Alloc(scratch[0], acc), g.Alloc(scratch[1], stats), g.Launch(split.name, split_args),
+                g.Alloc(out, specs[out]), g.Launch(combine.name, combine_args)]
+    return g.replace(graph, ops=tuple(ops), kernels=tuple(kernels.values()), specs=tuple(new_specs.items()))
