@@ -14,6 +14,7 @@
 #   AOTCOMBO_ZOO_BENCH=1    also time the zoo (benchmarks/zoo_bench.py) against eager and reduce-overhead
 #                           (AOTCOMBO_ZOO names the models; samples may be named there too)
 #   AOTCOMBO_LLM_BENCH=1    also time the LLM decode sample (benchmarks/llm_bench.py; .carry/llm)
+#   AOTCOMBO_PROFILE="llama_block ..."  also print each kernel's GPU time per forward (benchmarks/kernel_profile.py)
 #   AOTCOMBO_MEMCHECK=1     also run compute-sanitizer memcheck on one call of each sample
 #
 # From the build machine, with the device tool (64 MiB travel per call: the zoo goes in two):
@@ -66,6 +67,13 @@ fi
 if [ "${AOTCOMBO_LLM_BENCH:-0}" = 1 ]; then
   echo "== LLM decode: per-token latency and bandwidth"
   PYTHONPATH="$SITE:$PWD:$PWD/tests" PYTHONUNBUFFERED=1 $PY benchmarks/llm_bench.py --out "$OUT" 2>&1 | tee "$OUT/llm_bench.log"
+fi
+if [ -n "${AOTCOMBO_PROFILE:-}" ]; then
+  echo "== GPU time per kernel, op by op"
+  PYTHONPATH="$SITE:$PWD:$PWD/tests" PYTHONUNBUFFERED=1 $PY benchmarks/kernel_profile.py $AOTCOMBO_PROFILE 2>&1 | tee "$OUT/kernel_profile.log"
+  if [ "${AOTCOMBO_LLM_BENCH:-0}" = 1 ]; then
+    PYTHONPATH="$SITE:$PWD:$PWD/tests" PYTHONUNBUFFERED=1 $PY benchmarks/llm_bench.py --profile 2>&1 | tee -a "$OUT/kernel_profile.log"
+  fi
 fi
 if [ "${AOTCOMBO_MEMCHECK:-0}" = 1 ]; then
   echo "== compute-sanitizer memcheck, one call per sample package"

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Where a package's GPU time goes: each kernel of one forward, from torch's profiler.
+
+    PYTHONPATH=<site with the wheels>:.:tests python3 benchmarks/kernel_profile.py MODEL ...
+
+MODEL: a zoo model (sample_models/zoo/) or a sample. The package runs op by op
+(``graphs=False``: the kernels a graph replay runs, each visible to the profiler) on the
+file's example inputs; per model, the GPU time of each kernel per forward (mean of
+``--calls``), largest first, and the total.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
+
+import torch  # noqa: E402
+
+from gpu_support import SAMPLES, import_package  # noqa: E402
+from zoo_support import fresh_inputs, package_name  # noqa: E402
+from zoo_bench import sample  # noqa: E402
+
+
+def kernel_table(model, inputs, calls: int) -> list[tuple[str, int, float]]:
+    """(kernel, launches per call, us per call) of ``model(*inputs)``, largest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.no_grad():
+        for _ in range(5):
+            model(*inputs)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                model(*inputs)
+            torch.cuda.synchronize()
+    rows = [(e.key, e.count // calls, e.device_time_total / calls) for e in prof.key_averages()
+            if e.device_time_total > 0]
+    return sorted(rows, key=lambda r: -r[2])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("models", nargs="+")
+    parser.add_argument("--calls", type=int, default=50)
+    args = parser.parse_args()
+    for name in args.models:
+        if name in SAMPLES:
+            package, inputs = import_package(name), sample(name)[1][0]
+        else:
+            package, inputs = import_package(package_name(name)), fresh_inputs(name, 301)
+        rows = kernel_table(package.load("cuda", graphs=False), inputs, args.calls)
+        print(f"{name}: {sum(r[2] for r in rows):.1f} us of GPU kernels per forward, "
+              f"{sum(r[1] for r in rows)} kernels", flush=True)
+        for key, count, us in rows:
+            print(f"{us:8.1f} us {count:4d}x  {key[:110]}")
+
+
+if __name__ == "__main__":
+    main()
