@@ -3,7 +3,8 @@
 
     PYTHONPATH=<site with the wheels>:.:tests python3 benchmarks/kernel_profile.py MODEL ...
 
-MODEL: a zoo model (sample_models/zoo/) or a sample. The package runs op by op
+MODEL: a zoo model (sample_models/zoo/), ``MODEL@BATCH`` or a sample, as for
+``zoo_bench.py``. The package runs op by op
 (``graphs=False``: the kernels a graph replay runs, each visible to the profiler) on the
 file's example inputs; per model, the GPU time of each kernel per forward (mean of
 ``--calls``), largest first, and the total.
@@ -20,9 +21,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 import torch  # noqa: E402
 
-from gpu_support import SAMPLES, import_package  # noqa: E402
-from zoo_support import fresh_inputs, package_name  # noqa: E402
-from zoo_bench import sample  # noqa: E402
+from zoo_bench import resolve  # noqa: E402
 
 
 def kernel_table(model, inputs, calls: int) -> list[tuple[str, int, float]]:
@@ -48,11 +47,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=50)
     args = parser.parse_args()
     for name in args.models:
-        if name in SAMPLES:
-            package, inputs = import_package(name), sample(name)[1][0]
-        else:
-            package, inputs = import_package(package_name(name)), fresh_inputs(name, 301)
-        rows = kernel_table(package.load("cuda", graphs=False), inputs, args.calls)
+        package, sets, _ = resolve(name)
+        rows = kernel_table(package.load("cuda", graphs=False), sets[0], args.calls)
         print(f"{name}: {sum(r[2] for r in rows):.1f} us of GPU kernels per forward, "
               f"{sum(r[1] for r in rows)} kernels", flush=True)
         for key, count, us in rows:

@@ -58,21 +58,24 @@ def sample(name: str) -> tuple:
     return model.cuda(), sets
 
 
-def bench_model(name: str, calls: int, compile_ro: bool) -> dict:
-    row: dict = {"model": name}
+def resolve(name: str) -> tuple:
+    """A model named on the command line: its package, input sets (one per seed) and eager model."""
     if name in SAMPLES:
-        package = import_package(name)
         eager, sets = sample(name)
-    elif "@" in name:  # a zoo model at another batch size: MODEL@BATCH, package zoo_MODEL_bBATCH
+        return import_package(name), sets, eager
+    if "@" in name:  # a zoo model at another batch size: MODEL@BATCH, package zoo_MODEL_bBATCH
         model, batch = name.split("@")
         package = import_package(f"{package_name(model)}_b{batch}")
         sets = [tuple(t.cuda() for t in model_file(model).get_example_inputs(seed=seed, batch=int(batch)))
                 for seed in SEEDS]
-        eager = eager_model(model, package)
-    else:
-        package = import_package(package_name(name))
-        sets = [fresh_inputs(name, seed) for seed in SEEDS]
-        eager = eager_model(name, package)
+        return package, sets, eager_model(model, package)
+    package = import_package(package_name(name))
+    return package, [fresh_inputs(name, seed) for seed in SEEDS], eager_model(name, package)
+
+
+def bench_model(name: str, calls: int, compile_ro: bool) -> dict:
+    row: dict = {"model": name}
+    package, sets, eager = resolve(name)
     with torch.no_grad():
         row["eager_ms"] = measure(eager, sets, calls)
         m = package.load("cuda")

@@ -1,5 +1,6 @@
-"""Decode-step attention as two kernels of ours (builder/decode_attention.py,
-templates/decode_attention.py.j2): a few query rows over a long key cache, split over the keys.
+"""Attention as kernels of ours (builder/decode_attention.py, templates/decode_attention.py.j2):
+a decode step's few query rows over a long key cache, split over the keys; a small block's
+attention, causal or masked, as one kernel.
 
 Each model is built for sm_90 and run under Triton's interpreter on fresh random inputs,
 against eager in float64. Tolerances (relative L2): fp32 <= 1e-5; bf16 <= max(1e-2, 2 x eager
@@ -40,9 +41,26 @@ def _relative(got, ref) -> float:
     return float((got.double() - ref.double()).norm() / ref.double().norm())
 
 
+class SmallCausal(nn.Module):
+    """Llama block's attention: q, k, v of [b, heads, seq, dim] projected from x, causal."""
+
+    def __init__(self, d=64, heads=4):
+        super().__init__()
+        self.heads, self.qkv = heads, nn.Linear(d, 3 * d)
+
+    def forward(self, x, shift):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x + shift).view(b, t, 3, self.heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
+
+
 def _attention_kernels(result) -> list[str]:
     plan = result.variants[0].plan
     return [s.kernel.name for c in plan.combos for s in c.subs if s.kernel.heuristic == "attention"]
+
+
+def _no_torch_attention(result) -> bool:
+    return not [op for op in result.variants[0].plan.ops if isinstance(op, g.Extern) and "attention" in op.op]
 
 
 def _check(model, inputs, tmp_path, dtype):
@@ -53,7 +71,7 @@ def _check(model, inputs, tmp_path, dtype):
     fresh = [torch.randn(inputs[0].shape, generator=generator).to(dtype), inputs[1]]
     got = interpret.run_variant(result, 0, fresh)
     with torch.no_grad():
-        ref = model.double()(fresh[0].double(), fresh[1])
+        ref = model.double()(*(t.double() if t.is_floating_point() else t for t in fresh))
         eager = model.to(dtype)(*fresh)
     tolerance = 1e-5 if dtype == torch.float32 else max(1e-2, 2 * _relative(eager, ref))
     assert _relative(got, ref) <= tolerance
@@ -66,8 +84,17 @@ def test_a_decode_step_attends_through_split_and_combine_kernels(tmp_path, dtype
     q = torch.randn(1, 2, 4, 32)
     input_pos = torch.tensor([300, 301, 302, 303])  # past the first splits, short of the last
     result = _check(CacheAttention(additive=additive), [q, input_pos], tmp_path, dtype)
-    assert len(_attention_kernels(result)) == 2
-    assert not [op for op in result.variants[0].plan.ops if isinstance(op, g.Extern) and "attention" in op.op]
+    kernels = _attention_kernels(result)
+    assert len(kernels) == 2 and kernels[0].startswith("decode_attention_split")
+    assert _no_torch_attention(result)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_small_causal_block_attends_in_one_kernel(tmp_path, dtype):
+    result = _check(SmallCausal(), [torch.randn(2, 48, 64), torch.randn(64)], tmp_path, dtype)
+    kernels = _attention_kernels(result)
+    assert len(kernels) == 1 and kernels[0].startswith("attention_small")
+    assert _no_torch_attention(result)
 
 
 def test_a_prefill_keeps_torchs_attention(tmp_path):
