@@ -382,6 +382,20 @@ def test_embedding_bag_decomposition_matches_eager(mode, weighted, last_offset):
     assert torch.allclose(got, ref, atol=1e-6)
 
 
+@pytest.mark.parametrize("starts, n", [([0, 0, 3, 3, 7], 11), ([0, 4, 9, 9], 9), ([0, 2, 12], 9), ([0], 0)])
+def test_each_ids_bag_is_counted_as_a_search_would_find_it(starts, n):
+    """Empty bags first, inside and at the end (starting at n, or past it), no ids at all;
+    no search made."""
+    from aotcombo.builder import decompositions
+
+    starts = torch.tensor(starts)
+    expected = torch.searchsorted(starts, torch.arange(n), right=True) - 1
+    assert torch.equal(decompositions._bag_of_each_id(starts, n), expected)
+    with mock.patch.object(torch, "searchsorted", wraps=torch.searchsorted) as search:
+        decompositions._bag_of_each_id(starts, n)
+        assert not search.called
+
+
 def test_embedding_bags_become_combo_kernels(tmp_path):
     """The DLRM's 26 EmbeddingBag lookups are no extern calls: the forward is a handful of
     launches, far under Inductor's 40 (checked against eager under the interpreter by

@@ -99,12 +99,31 @@ def _interpretable_bfloat16() -> None:
     InterpreterBuilder.cast_impl = cast_impl
 
 
+def _interpretable_atomics() -> None:
+    """Triton's interpreter hands an atomic's values to its C++ loop as the array it holds: a
+    one-element value broadcast to the pointers (``tl.atomic_add(ptrs, tl.full([1], 1),
+    mask)``, as Inductor writes an index_add of ones) is a numpy view of stride 0, read there
+    as if dense, past its one element. Give it a dense copy."""
+    import numpy as np
+    from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
+
+    original = InterpreterBuilder.create_atomic_rmw
+
+    def create_atomic_rmw(self, rmw_op, ptr, val, mask, sem, scope):
+        if not val.data.flags.c_contiguous or val.data.shape != ptr.data.shape:
+            val = TensorHandle(np.ascontiguousarray(np.broadcast_to(val.data, ptr.data.shape)), val.dtype)
+        return original(self, rmw_op, ptr, val, mask, sem, scope)
+
+    InterpreterBuilder.create_atomic_rmw = create_atomic_rmw
+
+
 def _run_here(directory: Path) -> None:
     """The child process: load everything from ``directory``, run, save outputs."""
     from ..builder.check import load_program
 
     _interpretable_libdevice()
     _interpretable_bfloat16()
+    _interpretable_atomics()
     job = torch.load(directory / "job.pt", weights_only=False)
     kernels = []
     for name, source, grid in job["combos"]:
@@ -135,7 +154,7 @@ def run(program: str, combos: Sequence[tuple[str, str, int]], weights: Sequence[
             [sys.executable, "-m", "aotcombo.tools.interpret", str(directory)], env=env, capture_output=True, text=True
         )
         if result.returncode != 0:
-            raise RuntimeError(f"interpreted run failed:\n{result.stderr[-4000:]}")
+            raise RuntimeError(f"interpreted run failed (exit status {result.returncode}):\n{result.stderr[-4000:]}")
         done = torch.load(directory / "outputs.pt", weights_only=False)
         # the program may update inputs, and its state (buffers forward writes), in place
         for mine, theirs in zip([*inputs, *weights], [*done["inputs"], *done["weights"]]):
