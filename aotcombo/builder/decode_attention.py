@@ -10,8 +10,8 @@ slice of the keys and leave a partial output with its row maxima and sums in flo
 program per (batch, head, query row) merges them into the output, in the layout the program
 reads it through. A small attention (at most ``SMALL_ROWS`` queries and ``SMALL_KEYS`` keys,
 causal or not, e.g. a short sequence's block) is one kernel of ours: one program per (batch,
-head) over all its keys, writing the output itself (torch's memory-efficient kernel took
-8 us for a float32 [2, 8, 64, 32] block). Sizes and strides are fixed at build time; the split
+head, 16 query rows) over all its keys, writing the output itself (torch's memory-efficient
+kernel took 8 us for a float32 [2, 8, 64, 32] block). Sizes and strides are fixed at build time; the split
 is chosen so one call has about ``TARGET_PROGRAMS`` programs. Calls that fit neither (a
 prefill, a dynamic batch, odd head sizes) stay torch's.
 """
@@ -27,7 +27,7 @@ from .inductor import ATTENTION
 
 MAX_ROWS = 32  # query rows per (batch, head) of a split call: more is a prefill, which torch's kernels do well
 MIN_KEYS = 256  # keys of a split call: fewer, one program per (batch, head) walks them quickly enough
-SMALL_ROWS, SMALL_KEYS = 64, 128  # a small attention: one program per (batch, head), one kernel
+SMALL_ROWS, SMALL_KEYS = 64, 128  # a small attention: one kernel, a program per (batch, head, 16 rows)
 BLOCK_N = 64  # keys per step of a split program
 TARGET_PROGRAMS = 256  # about two waves of an H100 (132 SMs) or an A100 (108)
 MAX_SPLITS = 64  # the combine kernel holds every split's partial row at once
@@ -116,24 +116,28 @@ def lowered_ops(op: g.Extern, specs: dict, out_name: str, mode: str) -> tuple[li
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     mask_kind = None if mask_spec is None else ("bool" if mask_spec.dtype == "bool" else "additive")
     causal = bool(kwargs.get("is_causal"))
+    # a split program takes every row; a small attention's programs take 16 rows each (more
+    # programs: a [2, 8, 64, 32] block ran in 16 of them)
+    block_m, block_d = (max(16, _next_power_of_2(m)) if mode == "split" else 16), d
+    row_blocks = _cdiv(m, block_m)
     summary = (f"[{b}, {h}, {m}, {d}] queries over {keys} keys, {q.dtype}" + (", causal" if causal else "")
                + (f", {mask_kind} mask" if mask_kind else "")
-               + (f"; {splits} splits of {per_split} keys" if mode == "split" else "; one program per head"))
+               + (f"; {splits} splits of {per_split} keys" if mode == "split" else f"; {row_blocks} programs per head"))
     common = dict(heads=h, rows=m, dim=d, splits=splits, summary=summary, out_stride=out.stride,
                   out_type=DTYPES[out.dtype])
     source = render("decode_attention.py.j2", part="attend", name="KERNEL", direct=mode == "small", **common,
+                    row_blocks=row_blocks,
                     q_stride=q.stride, k_stride=k.stride, v_stride=v.stride, keys=keys, causal=causal,
                     keys_per_split=per_split, scale_log2=repr(scale * LOG2E), mask=mask_kind,
                     mask_stride=_broadcast_strides(mask_spec, (b, h, m, keys)) if mask_spec else None,
                     dot_options=FP32_DOT if q.dtype == "float32" else "")
-    block_m, block_d = max(16, _next_power_of_2(m)), d
     inputs = [(p, n, s) for p, (n, s) in zip(["q_ptr", "k_ptr", "v_ptr", "mask_ptr"], [
         (q_ref.name, q), (k_ref.name, k), (v_ref.name, v)] + ([(mask.name, mask_spec)] if mask_spec else []))]
     tiles = (("BLOCK_M", block_m), ("BLOCK_N", BLOCK_N), ("BLOCK_D", block_d))
     numels = (("m", m), ("n", keys), ("d", d))
     if mode == "small":
         kernel, args = _kernel("attention_small", source, inputs + [("out_ptr", out_name, out)], tiles,
-                               (b * h, 1, 1), numels, writes=("out_ptr",))
+                               (b * h * row_blocks, 1, 1), numels, writes=("out_ptr",))
         return [g.Alloc(out_name, out), g.Launch(kernel.name, args)], [kernel], {}
     scratch = {f"{out_name}_partial": g.TensorSpec((b * h * splits * m * d,), (1,), "float32"),
                f"{out_name}_stats": g.TensorSpec((b * h * splits * m * 2,), (1,), "float32")}
