@@ -15,7 +15,9 @@ a bias or none.
 A residual added to the output of a linear without bias, ``linear(x, W) + r``, becomes
 ``addmm(r, x, W.T)`` (``fold_residuals``): cuBLAS adds it as the matmul's C input, and the
 kernel that added it goes (the add is rounded once, after the fp32 accumulation, instead of
-after the matmul's own rounding).
+after the matmul's own rounding). Not where the sum goes on into an op Inductor writes a kernel
+for (a norm): that kernel takes the add in, while cuBLAS would first copy the residual into
+its output, a copy more on the GPU.
 """
 
 from __future__ import annotations
@@ -103,13 +105,34 @@ def _combined_input(ep, model, nodes: list, params: dict):
     return placeholder
 
 
+_aten = torch.ops.aten
+_MATMULS = frozenset({_aten.linear.default, _aten.addmm.default, _aten.mm.default, _aten.bmm.default,
+                      _aten.matmul.default})
+_VIEWS = frozenset({_aten.view.default, _aten.reshape.default, _aten._unsafe_view.default, _aten.permute.default,
+                    _aten.transpose.int, _aten.t.default, _aten.unsqueeze.default, _aten.squeeze.dim,
+                    _aten.expand.default})
+
+
+def _taken_into_a_kernel(node) -> bool:
+    """Whether ``node`` (through views) is used by an op Inductor writes a kernel for: one that
+    can take the add in (a norm after a residual), where cuBLAS's addmm would first copy the
+    residual into its output (a copy more on the GPU: the Llama block's first residual)."""
+    for user in node.users:
+        if user.op == "output" or user.target in _MATMULS:
+            continue
+        if user.target not in _VIEWS or _taken_into_a_kernel(user):
+            return True
+    return False
+
+
 def fold_residuals(ep) -> int:
     """``add(linear(x, W), r)`` (either order, no bias, alpha 1, same shape and dtype, the
-    linear used only there) becomes ``addmm(r, x, W.T)``, in place; returns how many."""
+    linear used only there, the sum used by no op Inductor would take the add into) becomes
+    ``addmm(r, x, W.T)``, in place; returns how many."""
     aten = torch.ops.aten
     graph, folded = ep.graph, 0
     for add in list(graph.nodes):
-        if add.target is not aten.add.Tensor or add.kwargs or len(add.args) != 2:
+        if add.target is not aten.add.Tensor or add.kwargs or len(add.args) != 2 or _taken_into_a_kernel(add):
             continue
         for linear, residual in (add.args, add.args[::-1]):
             if (isinstance(linear, torch.fx.Node) and linear.target is aten.linear.default
