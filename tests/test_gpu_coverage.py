@@ -31,9 +31,9 @@ def test_construct_matches_eager_on_gpu(name):
     _call_matches_eager(model, package, inputs, [t.clone() for t in inputs], name)
 
 
-def _call_matches_eager(model, package, inputs: list, eager_inputs: list, where: str) -> None:
+def _call_matches_eager(model, package, inputs: list, eager_inputs: list, where: str):
     """One call of each on its own copy of the inputs: the outputs within tolerance, the
-    inputs the model mutates mutated alike."""
+    inputs the model mutates mutated alike; the package's outputs."""
     with torch.no_grad():
         ref = model(*eager_inputs)
     got = package(*inputs)
@@ -41,6 +41,7 @@ def _call_matches_eager(model, package, inputs: list, eager_inputs: list, where:
         assert error <= tolerance, f"{where}: relative L2 error {error:.2e} > {tolerance:.0e}"
     for mine, theirs in zip(inputs, eager_inputs):
         assert torch.equal(mine, theirs), f"{where}: input mutation differs from eager"
+    return got
 
 
 @pytest.mark.parametrize("name", ["inplace_input_mutation", "aliasing_outputs", "mixed_tiling_combo"])
@@ -53,8 +54,8 @@ def test_construct_in_a_loop_matches_eager(name):
     generator = torch.Generator(device="cuda").manual_seed(98)
     inputs = [fresh(t.cuda(), generator) for t in example]
     eager_inputs = [t.clone() for t in inputs]
-    for call in range(8):
-        _call_matches_eager(model, package, inputs, eager_inputs, f"{name}, call {call}")
+    for call in range(8):  # the last outputs held during each call, as in ``y = m(x)``: two output slots in turn
+        got = _call_matches_eager(model, package, inputs, eager_inputs, f"{name}, call {call}")  # noqa: F841
     assert len(package._bound) >= 2
 
 
