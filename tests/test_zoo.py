@@ -286,13 +286,31 @@ class ContiguousHeads(nn.Module):
         return self.out(y.transpose(1, 2).contiguous().reshape(b, t, d))
 
 
-def test_attention_output_has_the_fused_kernels_layout(tmp_path):
+def _attention_by(kernels: str):
+    """A build whose attention calls are torch's ("torch": builder/decode_attention.py off, as
+    for calls it does not take) or kernels of ours ("ours")."""
+    from aotcombo.builder import decode_attention
+
+    if kernels == "torch":
+        return mock.patch.object(decode_attention, "lowering", return_value=None)
+    return mock.patch.object(decode_attention, "lowering", wraps=decode_attention.lowering)
+
+
+def _uses_attention(program: str, kernels: str, *needles: str) -> bool:
+    if kernels == "torch":
+        return "attention(" in program and "_scaled_dot" not in program and all(n in program for n in needles)
+    return "attention(" not in program
+
+
+@pytest.mark.parametrize("kernels", ["torch", "ours"])
+def test_attention_output_has_the_fused_kernels_layout(tmp_path, kernels):
     torch.manual_seed(0)
     model = ContiguousHeads().eval()
     g = torch.Generator().manual_seed(0)
-    result = build_package(model, (torch.randn(2, 32, 64, generator=g),), arch=["sm_90"], out=tmp_path, cache=False)
-    program = result.variants[0].program
-    assert "attention(" in program and "layout='bmhk'" in program and "_scaled_dot" not in program
+    with _attention_by(kernels):
+        result = build_package(model, (torch.randn(2, 32, 64, generator=g),), arch=["sm_90"], out=tmp_path,
+                               cache=False)
+    assert _uses_attention(result.variants[0].program, kernels, "layout='bmhk'")
     x = torch.randn(2, 32, 64, generator=g)
     with torch.no_grad():
         check(interpret.run_variant(result, 0, [x]), model(x))
@@ -306,7 +324,8 @@ class AdditiveMask(nn.Module):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
-def test_attention_takes_a_low_precision_additive_mask(tmp_path):
+@pytest.mark.parametrize("kernels", ["torch", "ours"])
+def test_attention_takes_a_low_precision_additive_mask(tmp_path, kernels):
     g = torch.Generator().manual_seed(0)
 
     def inputs():
@@ -316,9 +335,9 @@ def test_attention_takes_a_low_precision_additive_mask(tmp_path):
         return q, k, v, mask.to(torch.bfloat16)
 
     model = AdditiveMask()
-    result = build_package(model, inputs(), arch=["sm_90"], out=tmp_path, cache=False)
-    program = result.variants[0].program
-    assert "attention(" in program and "_scaled_dot" not in program
+    with _attention_by(kernels):
+        result = build_package(model, inputs(), arch=["sm_90"], out=tmp_path, cache=False)
+    assert _uses_attention(result.variants[0].program, kernels)
     x = inputs()
     ref = model(*[t.float() for t in x]).to(torch.bfloat16)  # fp32 attention, as the kernels compute it
     check(interpret.run_variant(result, 0, list(x)), ref)
