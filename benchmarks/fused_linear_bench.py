@@ -1,13 +1,13 @@
 """Fused linears (builder/fused_linears.py) against the kernels they replace, on the GPU.
 
-    python3 benchmarks/fused_linear_bench.py [--out results.jsonl]
+    python3 benchmarks/fused_linear_bench.py [--out results.jsonl] [--decode]
 
 For each shape and pattern (a norm before the matmul, an activation or a residual add after
 it), in one process:
 
 - **unfused**: torch's kernels for the same ops (layer/RMS norm, cuBLAS matmul, GELU or add),
   as the package runs them when it does not fuse: one launch each;
-- **fused**: our kernel, rendered by ``fused_linears.kernel_for`` with the build's tile rule
+- **fused**: our kernel, rendered by ``fused_linear_kernels.kernel_for`` with the build's tile rule
   and compiled here by Triton (the same source the build compiles to cubins).
 
 Both are captured in CUDA graphs of 10 calls over 4 rotating input sets; each graph is
@@ -16,6 +16,13 @@ and the fastest of a few other tile configs (``CANDIDATES``) beside the rule's.
 Each fused result is checked against float64 (relative L2; bf16 <= 1e-2, fp32 <= 1e-4) on
 fresh random inputs. The crossover where cuBLAS's tuned kernels overtake our fixed tiles is
 what ``fused_linears.FUSED_MAX_FLOPS`` is set from.
+
+``--decode``: the linears of ``sample_models/llm_decode.py``'s decode step at 1 and 8 rows (its
+RMS norm -> q/k/v and -> lm head, o and down with the residual as addmm's C, RMS norm ->
+gate/up -> silu(gate) * up), where the rule makes GEMVs (``fused_linears.GEMV_MAX_ROWS``):
+each against cuBLAS's matmul alone (``torch.addmm``/``F.linear``: what the package ran before,
+the norm and epilogue kernels not counted) and the unfused ops, with the GEMV tile configs of
+``GEMV_CANDIDATES`` beside the rule's, and the weight bytes streamed per microsecond.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aotcombo.builder import fused_linears as fl, graph as g  # noqa: E402
+from aotcombo.builder import fused_linear_kernels, fused_linears as fl, graph as g  # noqa: E402
 from aotcombo.builder.inductor import KERNEL_PRELUDE  # noqa: E402
 
 # (M, K, N, dtype, pattern): transformer shapes from ViT-tiny/GPT-2 (the zoo) up to large GEMMs
@@ -55,6 +62,24 @@ CANDIDATES = [fl.Tiles(16, 32, 64, 4, 3), fl.Tiles(16, 64, 64, 4, 3), fl.Tiles(3
               fl.Tiles(32, 64, 64, 4, 3), fl.Tiles(64, 64, 64, 4, 3), fl.Tiles(64, 128, 64, 4, 3),
               fl.Tiles(16, 32, 128, 4, 3), fl.Tiles(16, 32, 64, 2, 3)]
 
+# The decode step's linears (M, K, N, pattern): sample_models/llm_decode.py's sizes.
+DECODE_SHAPES = [(m, k, n, p) for m in (1, 8) for k, n, p in (
+    (1024, 1536, "rms"), (1024, 1024, "addmm"), (1024, 2816, "glu"), (2816, 1024, "addmm"), (1024, 32000, "rms"))]
+GEMV_CANDIDATES = [(bn, bk, w, st) for bn, bk, w, st in (
+    (4, 1024, 4, 3), (8, 512, 4, 3), (8, 1024, 4, 1), (8, 1024, 8, 3), (16, 512, 4, 3), (16, 256, 4, 3),
+    (32, 256, 4, 3), (8, 256, 4, 3), (16, 1024, 8, 3), (32, 512, 8, 3), (8, 128, 4, 3), (16, 128, 4, 3),
+    (4, 256, 4, 3), (8, 2048, 8, 3))]
+
+
+def decode_recipe(m, k, n, pattern) -> fl.Recipe:
+    """An llm_decode linear: no bias; "addmm": the residual as C; "glu": W of 2N rows."""
+    glu = pattern == "glu"
+    return fl.Recipe(m=m, n=n, k=k, weight_layout="nk", bias="full" if pattern == "addmm" else None, glu=glu,
+                     norm="rms" if pattern in ("rms", "glu") else None, eps=1e-5, norm_weight=pattern != "addmm",
+                     norm_bias=False, norm_cast="bfloat16" if pattern != "addmm" else None, extras=(),
+                     epilogue=(("t0", "silu", ("acc",)), ("t1", "mul", ("t0", "acc_up"))) if glu else (),
+                     result="t1" if glu else "acc", dtype="bfloat16", out_dtype="bfloat16")
+
 
 def recipe(m, k, n, dtype, pattern) -> fl.Recipe:
     norm = "rms" if "rms" in pattern else "layer" if "layer" in pattern else None
@@ -75,7 +100,9 @@ def operands(r: fl.Recipe, device, seed: int) -> dict:
     def rand(*shape, scale=1.0):
         return (torch.randn(*shape, generator=gen, device=device) * scale).to(dtype)
 
-    t = {"x": rand(r.m, r.k), "w": rand(r.n, r.k, scale=r.k ** -0.5), "bias": rand(r.n, scale=0.1)}
+    t = {"x": rand(r.m, r.k), "w": rand(r.n * (2 if r.glu else 1), r.k, scale=r.k ** -0.5)}
+    if r.bias:
+        t["bias"] = rand(r.n, scale=0.1) if r.bias == "row" else rand(r.m, r.n)
     if r.norm_weight:
         t["norm_weight"] = 1 + rand(r.k, scale=0.1)
     if r.norm_bias:
@@ -94,7 +121,11 @@ def reference(r: fl.Recipe, t: dict, dtype=None) -> torch.Tensor:
         x = F.layer_norm(x, (r.k,), cast(t["norm_weight"]), cast(t["norm_bias"]), r.eps)
     elif r.norm == "rms":
         x = F.rms_norm(x, (r.k,), cast(t["norm_weight"]), r.eps)
-    y = F.linear(x, cast(t["w"]), cast(t["bias"]))
+    if r.bias == "full":
+        return torch.addmm(cast(t["bias"]), x, cast(t["w"]).t())
+    y = F.linear(x, cast(t["w"]), cast(t["bias"]) if r.bias else None)
+    if r.glu:
+        return F.silu(y[:, :r.n]) * y[:, r.n:]
     if "t0" in r.result:
         y = F.gelu(y) if r.epilogue[0][1] == "gelu" else y + cast(t["e0"])
     return y
@@ -105,7 +136,7 @@ def fused_kernel(r: fl.Recipe, t: dict, directory: Path, config: fl.Tiles | None
     specs = {n: g.TensorSpec(tuple(t[n].shape), tuple(t[n].stride()), r.dtype) for n in names + ["out"]}
     op = g.Extern(op=f"{fl.OP}.default", args=(g.Ref("x"), g.Ref("w"), [g.Ref(n) for n in names[2:]], r.to_json()),
                   kwargs=(), out="out", writes=())
-    kernel, args = fl.kernel_for(op, specs, config)
+    kernel, args = fused_linear_kernels.kernel_for(op, specs, config)
     path = directory / f"{kernel.name}.py"
     path.write_text("import triton\nimport triton.language as tl\n" + "\n".join(KERNEL_PRELUDE) + "\n\n" + kernel.source)
     spec = importlib.util.spec_from_file_location(kernel.name, path)
@@ -118,6 +149,18 @@ def fused_kernel(r: fl.Recipe, t: dict, directory: Path, config: fl.Tiles | None
                         num_stages=kernel.num_stages)
 
     return launch, kernel
+
+
+def checked(r: fl.Recipe, device, directory: Path):
+    """The rule's kernel for ``r`` on timing sets and on a fresh check set (its output
+    poisoned first): (sets, launch, kernel, check set, float64 reference, relative L2 error)."""
+    sets = [operands(r, device, seed) for seed in range(SETS)]
+    launch, kernel = fused_kernel(r, sets[0], directory)
+    check = operands(r, device, 100)
+    check["out"].fill_(float("nan"))
+    launch(check)
+    ref = reference(r, check, torch.float64)
+    return sets, launch, kernel, check, ref, float((check["out"].double() - ref).norm() / ref.norm())
 
 
 def time_graph(step, sets) -> float:
@@ -145,22 +188,62 @@ def best(others: dict) -> str:
     return min(timed.items(), key=lambda kv: kv[1]) if timed else "-"
 
 
+def decode(out: Path | None) -> None:
+    """The decode step's linears: the rule's GEMV and other GEMV tiles against cuBLAS."""
+    device, rows = torch.device("cuda"), []
+    with tempfile.TemporaryDirectory() as tmp:
+        for m, k, n, pattern in DECODE_SHAPES:
+            r = decode_recipe(m, k, n, pattern)
+            sets, launch, kernel, _, _, error = checked(r, device, Path(tmp))
+            unfused = time_graph(lambda t: t["out"].copy_(reference(r, t)), sets)
+            if r.bias == "full":
+                cublas = time_graph(lambda t: torch.addmm(t["bias"], t["x"], t["w"].t(), out=t["out"]), sets)
+            else:
+                cublas = time_graph(lambda t: F.linear(t["x"], t["w"]), sets)
+            fused = time_graph(launch, sets)
+            others = {}
+            rule = fl.tiles(m, n, k, r.dtype)
+            for bn, bk, warps, stages in GEMV_CANDIDATES:
+                config = fl.Tiles(rule.block_m, bn, min(bk, fl._next_power_of_2(k)), warps, stages, gemv=True)
+                if config == rule or config.block_m * bn * config.block_k > 32768:
+                    continue
+                other, _ = fused_kernel(r, sets[0], Path(tmp), config)
+                try:
+                    others[f"{bn}x{config.block_k}/{warps}w{stages}s"] = round(time_graph(other, sets), 2)
+                except Exception as exc:  # noqa: BLE001 - a config that does not fit
+                    others[f"{bn}x{config.block_k}/{warps}w{stages}s"] = type(exc).__name__
+            weight_bytes = sets[0]["w"].numel() * 2
+            row = {"m": m, "k": k, "n": n, "pattern": pattern, "weight_mb": round(weight_bytes / 1e6, 2),
+                   "cublas_us": round(cublas, 2), "unfused_us": round(unfused, 2), "fused_us": round(fused, 2),
+                   "vs_cublas": round(cublas / fused, 2), "gb_per_s": round(weight_bytes / fused / 1e3),
+                   "rel_error": error, "ok": error <= 1e-2, "tiles": kernel.source.splitlines()[2].split("tiles ")[-1],
+                   "programs": kernel.grid[0], "other_tiles_us": others, "device": torch.cuda.get_device_name()}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    print(f"\n{'M':>3} {'K':>5} {'N':>6} {'pattern':>7} {'MB':>6} {'cuBLAS':>7} {'unfused':>8} {'fused':>7} "
+          f"{'vs cuBLAS':>9} {'GB/s':>6} {'err':>8}")
+    for r in rows:
+        print(f"{r['m']:>3} {r['k']:>5} {r['n']:>6} {r['pattern']:>7} {r['weight_mb']:>6.2f} {r['cublas_us']:>7.2f} "
+              f"{r['unfused_us']:>8.2f} {r['fused_us']:>7.2f} {r['vs_cublas']:>8.2f}x {r['gb_per_s']:>6} "
+              f"{r['rel_error']:>8.1e}" + ("" if r["ok"] else "  WRONG") + f"  best other: {best(r['other_tiles_us'])}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--decode", action="store_true", help="the LLM decode step's linears, GEMV tiles")
     args = parser.parse_args()
+    if args.decode:
+        return decode(args.out)
     device = torch.device("cuda")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for m, k, n, dtype, pattern in SHAPES:
             r = recipe(m, k, n, dtype, pattern)
-            sets = [operands(r, device, seed) for seed in range(SETS)]
-            launch, kernel = fused_kernel(r, sets[0], Path(tmp))
-            check = operands(r, device, 100)
-            check["out"].fill_(float("nan"))
-            launch(check)
-            ref = reference(r, check, torch.float64)
-            error = float((check["out"].double() - ref).norm() / ref.norm())
+            sets, launch, kernel, check, ref, error = checked(r, device, Path(tmp))
             unfused = time_graph(lambda t: t["out"].copy_(reference(r, t)), sets)
             fused = time_graph(launch, sets)
             others, errors = {}, {}

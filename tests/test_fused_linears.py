@@ -196,11 +196,43 @@ def test_a_matmul_of_few_tiles_stays_cublas(tmp_path):
     assert _fused_kernels(result) == []  # 8 rows x 64 columns: 2 programs, under FUSED_MIN_PROGRAMS
 
 
+class DecodeLayer(nn.Module):
+    """An LLM decode step's linears at a few rows: RMSNorm -> q, RMSNorm -> gate/up ->
+    silu(gate) * up -> down + residual."""
+
+    def __init__(self, d=128, hidden=256):
+        super().__init__()
+        self.norm, self.mlp = RMSNorm(d), SwiGLU(d, hidden)
+        self.q = nn.Linear(d, d, bias=False)
+
+    def forward(self, x):
+        return self.q(self.norm(x)), self.mlp(x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_batch_1_decode_step_s_linears_are_gemvs(tmp_path, dtype):
+    torch.manual_seed(0)
+    result = _check(DecodeLayer(), torch.randn(1, 1, 128), tmp_path, dtype)
+    kernels = _fused_kernels(result)
+    assert len(kernels) == 3 and all("gemv" in k for k in kernels)  # the bare down projection too
+    assert sum("rms norm first" in k for k in kernels) == 2 and any("silu, mul" in k for k in kernels)
+
+
+def test_at_4_rows_the_linears_are_tiled_matmuls(tmp_path):
+    torch.manual_seed(0)
+    result = _check(DecodeLayer(512, 1024), torch.randn(4, 1, 512), tmp_path, torch.bfloat16)
+    kernels = _fused_kernels(result)
+    assert len(kernels) == 2 and not any("gemv" in k for k in kernels)  # the bare down stays cuBLAS's
+
+
 def test_the_tile_rule():
     Tiles = fused_linears.Tiles
     assert fused_linears.tiles(34, 576, 192, "bfloat16") == Tiles(16, 32, 64, 4, 3)  # ViT-tiny's qkv: 54 programs
     assert fused_linears.tiles(128, 128, 128, "bfloat16") == Tiles(16, 32, 128, 4, 3)  # k in one step
-    assert fused_linears.tiles(8, 1536, 1024, "bfloat16") == Tiles(16, 32, 128, 4, 3)  # a decode step
+    assert fused_linears.tiles(16, 1536, 1024, "bfloat16") == Tiles(16, 32, 128, 4, 3)  # 96 programs
+    assert fused_linears.tiles(1, 1536, 1024, "bfloat16") == Tiles(1, 4, 1024, 4, 3, gemv=True)  # batch-1 decode
+    assert fused_linears.tiles(1, 1024, 2816, "bfloat16") == Tiles(1, 4, 1024, 4, 3, gemv=True)  # 3 k steps
+    assert fused_linears.tiles(8, 1536, 1024, "bfloat16") == Tiles(16, 32, 128, 4, 3)  # batch 8: tiles
     assert fused_linears.tiles(1024, 1024, 256, "bfloat16") == Tiles(64, 64, 64, 4, 3)  # 256 programs already
     assert fused_linears.tiles(4, 20, 8, "float32") == Tiles(16, 32, 16, 4, 2)
     assert fused_linears.tiles(256, 1024, 256, "float32") == Tiles(16, 64, 32, 4, 2)  # 16 rows for fp32

@@ -16,7 +16,6 @@ dynamic batch.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import operator
@@ -24,7 +23,6 @@ from dataclasses import dataclass
 
 import torch
 
-from ..runtime.manifest import ITEMSIZE
 from . import graph as g
 
 OP = "aotcombo::fused_linear"
@@ -38,6 +36,12 @@ FUSED_MAX_FLOPS_FP32 = 2 ** 24
 FUSED_MAX_WEIGHT_BYTES = 2 ** 21
 FUSED_MIN_PROGRAMS = 16
 MIN_PROGRAMS = 64  # the tile rule shrinks tiles until the grid has this many programs
+# A matmul of one row (a batch-1 LLM decode step) reads each weight element once: memory-bound
+# whatever its FLOPs or weight bytes, a GEMV of ours, bare or not (tiles()). H100, llm_decode's
+# linears (fused_linear_bench.py --decode, results/fused_linear_bench_decode.log): 4 columns x k
+# in steps of up to 1024, 1.4-1.9x cuBLAS's time for 2-6 MB of weights, even at 65 MB (the lm
+# head); at 8 rows the [8, 4, 1024] products spill and cuBLAS wins, so the dot tiles stay there.
+GEMV_MAX_ROWS, GEMV_BLOCK_N, GEMV_MAX_BLOCK_K = 1, 4, 1024
 # float32 products as three tf32 ones (tensor cores): 1.2-1.8e-7 from float64, below the
 # 2.4-4.1e-7 of Triton's "ieee" dot, and 1.7-3x faster.
 FP32_DOT_PRECISION = "tf32x3"
@@ -381,9 +385,9 @@ def fuse(ep) -> int:
         n, k = (_val(weight).shape if layout == "nk" else _val(weight).shape[::-1])
         dtype = _val(weight).dtype
         max_flops = FUSED_MAX_FLOPS_FP32 if dtype == torch.float32 else FUSED_MAX_FLOPS
-        if _dtype_name(dtype) not in FLOAT_DTYPES or _val(x).dtype != dtype or 2 * m * n * k > max_flops or (
-                n * k * dtype.itemsize > FUSED_MAX_WEIGHT_BYTES) or any(
-                isinstance(s, torch.SymInt) for s in (*_val(x).shape, m)):
+        if _dtype_name(dtype) not in FLOAT_DTYPES or _val(x).dtype != dtype or any(
+                isinstance(s, torch.SymInt) for s in (*_val(x).shape, m)) or m > GEMV_MAX_ROWS and (
+                2 * m * n * k > max_flops or n * k * dtype.itemsize > FUSED_MAX_WEIGHT_BYTES):
             continue
         bias_kind = None
         if bias is not None:
@@ -400,8 +404,8 @@ def fuse(ep) -> int:
         epilogue = halves and _grow_epilogue(graph, dict(zip(halves[:2], ("acc", "acc_up"))), node, order, m, n // 2)
         if not epilogue:
             halves, epilogue = None, _grow_epilogue(graph, {node: "acc"}, node, order, m, n)
-        if norm is None and (epilogue is None or all(op == "copy" for _, (op, _) in epilogue[0])):
-            continue  # one launch either way: cuBLAS's
+        if m > GEMV_MAX_ROWS and norm is None and (epilogue is None or all(op == "copy" for _, (op, _) in epilogue[0])):
+            continue  # one launch either way: cuBLAS's (a GEMV of ours beats its split-k pair)
         width = n // 2 if halves else n
         t = tiles(m, width, k, _dtype_name(dtype))
         if _cdiv(m, t.block_m) * _cdiv(width, t.block_n) < FUSED_MIN_PROGRAMS:
@@ -478,6 +482,7 @@ class Tiles:
     block_k: int
     num_warps: int
     num_stages: int
+    gemv: bool = False  # products summed on the CUDA cores, all rows in one tile (tl.dot: False)
 
 
 def _next_power_of_2(n: int) -> int:
@@ -485,10 +490,14 @@ def _next_power_of_2(n: int) -> int:
 
 
 def tiles(m: int, n: int, k: int, dtype: str) -> Tiles:
-    """Tiles by rule (the fastest configs measured, for parallelism): 64 x 64 (16 rows for
-    float32), shrunk rows first to 16, then columns to 32, while under ``MIN_PROGRAMS``
-    programs; k steps of 64, 128 for few rows or a k of 128 (float32: 32); 4 warps; 3 stages
-    (float32: 2)."""
+    """Tiles by rule (the fastest configs measured, for parallelism). Up to ``GEMV_MAX_ROWS``
+    rows, a GEMV: all rows in one tile, ``GEMV_BLOCK_N`` columns, k steps of up to
+    ``GEMV_MAX_BLOCK_K``, 4 warps, 3 stages. Else 64 x 64 (16 rows for float32), shrunk rows
+    first to 16, then columns to 32, while under ``MIN_PROGRAMS`` programs; k steps of 64, 128
+    for few rows or a k of 128 (float32: 32); 4 warps; 3 stages (float32: 2)."""
+    if m <= GEMV_MAX_ROWS:
+        block_k = min(_next_power_of_2(k), GEMV_MAX_BLOCK_K)
+        return Tiles(_next_power_of_2(m), GEMV_BLOCK_N, block_k, num_warps=4, num_stages=3, gemv=True)
     wide = dtype != "float32"
     block_m, block_n = min(64 if wide else 16, max(16, _next_power_of_2(m))), min(64, max(32, _next_power_of_2(n)))
     while _cdiv(m, block_m) * _cdiv(n, block_n) < MIN_PROGRAMS and block_m > 16:
@@ -502,99 +511,3 @@ def tiles(m: int, n: int, k: int, dtype: str) -> Tiles:
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def _number(value: float) -> str:
-    if math.isinf(value) or math.isnan(value):
-        return f"float('{value}')"
-    return repr(float(value))
-
-
-def _aligned(spec: g.TensorSpec) -> bool:
-    return spec.storage_offset * ITEMSIZE[spec.dtype] % 16 == 0
-
-
-def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[g.Kernel, tuple]:
-    """The kernel of one ``aotcombo::fused_linear`` call (``tiles``, or ``config``), and its args."""
-    from .codegen import render
-
-    x, weight, operands, text = op.args
-    r = Recipe.from_json(text)
-    spec = {name: specs[name] for name in [x.name, weight.name, *(o.name for o in operands), op.out]}
-    out = spec[op.out]
-    if tuple(out.stride) != (r.n, 1):
-        raise ValueError(f"{op.out}: a fused linear's output must be a whole [{r.m}, {r.n}] matrix, not {out}")
-    t = config or tiles(r.m, r.n, r.k, r.dtype)
-    names = (["bias_ptr"] if r.bias else []) + (["norm_weight_ptr"] if r.norm_weight else []) + (
-        ["norm_bias_ptr"] if r.norm_bias else []) + [f"e{i}_ptr" for i in range(len(r.extras))]
-    kinds = dict(zip(names, ([r.bias] if r.bias else []) + ["row"] * (r.norm_weight + r.norm_bias) + list(r.extras)))
-    params = ["x_ptr", "w_ptr", *names, "out_ptr"]
-    values = [x.name, weight.name, *(o.name for o in operands), op.out]
-
-    def load(param: str, value: str, offset: int = 0) -> str:
-        s = spec[value]
-        if kinds[param] == "row":
-            start = f"{param} + {offset * s.stride[-1]}" if offset else param
-            return f"tl.load({start} + rn * {s.stride[-1]}, mask=mask_n, other=0.0).to(tl.float32)[None, :]"
-        return (f"tl.load({param} + rm.to(tl.int64)[:, None] * {s.stride[0]} + rn[None, :] * {s.stride[1]}, "
-                "mask=mask, other=0.0).to(tl.float32)")
-
-    by_param = dict(zip(params, values))
-    lines = []
-    products = ["acc", "acc_up"] if r.glu else ["acc"]
-    if r.bias:
-        lines += [f"{p} = {p} + {load('bias_ptr', by_param['bias_ptr'], i * r.n)}" for i, p in enumerate(products)]
-    if r.epilogue and r.dtype != "float32":
-        lines += [f"{p} = {p}.to({TRITON_DTYPE[r.dtype]}).to(tl.float32)  # the product in its dtype" for p in products]
-    lines += [f"e{i} = {load(f'e{i}_ptr', by_param[f'e{i}_ptr'])}" for i in range(len(r.extras))]
-    for value, step, args in r.epilogue:
-        lines.append(f"{value} = " + EPILOGUE_OPS[step][0].format(
-            *(a if isinstance(a, str) else _number(a) for a in args)))
-    w_stride = spec[weight.name].stride
-    norm = None
-    if r.norm:
-        norm = {"kind": r.norm, "eps": _number(r.eps), "cast": TRITON_DTYPE.get(r.norm_cast) if r.norm_cast else None,
-                "weight": "norm_weight_ptr" if r.norm_weight else None, "bias": "norm_bias_ptr" if r.norm_bias else None}
-    summary = (f"[{r.m}, {r.k}] x [{r.k}, {r.n}]" + (" twice (gate and up)" if r.glu else "") + f" {r.dtype}"
-               + (f", {r.norm} norm first" if r.norm else "")
-               + (f", then {', '.join(s for _, s, _ in r.epilogue)}" if r.epilogue else "")
-               + f"; tiles {t.block_m}x{t.block_n}x{t.block_k}")
-    context = dict(
-        params=params, summary=summary, tiles_n=_cdiv(r.n, t.block_n), m=r.m, n=r.n, k=r.k,
-        x_stride=spec[x.name].stride,
-        w_stride=(w_stride[1], w_stride[0]) if r.weight_layout == "nk" else tuple(w_stride),
-        norm=norm, operand_type=TRITON_DTYPE[r.dtype], epilogue=lines, result=r.result,
-        out_type=TRITON_DTYPE[r.out_dtype],
-        dot_options=f', input_precision="{FP32_DOT_PRECISION}"' if r.dtype == "float32" else "",
-        glu=r.glu, glu_offset=r.n * (w_stride[0] if r.weight_layout == "nk" else w_stride[1]),
-    )
-    source = render("fused_linear.py.j2", name="KERNEL", **context)
-    name = "fused_linear_" + hashlib.sha256(source.encode()).hexdigest()[:12]
-    kernel = g.Kernel(
-        name=name, source=source.replace("def KERNEL(", f"def {name}(", 1), heuristic="matmul",
-        signature=tuple((p, POINTER_TYPE[spec[v].dtype]) for p, v in zip(params, values))
-        + (("BLOCK_M", "constexpr"), ("BLOCK_N", "constexpr"), ("BLOCK_K", "constexpr")),
-        constants=(), divisible_by_16=tuple(p for p, v in zip(params, values) if _aligned(spec[v])),
-        numels=(("m", r.m), ("n", r.n), ("k", r.k)), reduction_hint=None, mutated=(),
-        tiles=(("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n), ("BLOCK_K", t.block_k)),
-        grid=(_cdiv(r.m, t.block_m) * _cdiv(r.n, t.block_n), 1, 1), num_warps=t.num_warps, num_stages=t.num_stages,
-    )
-    return kernel, tuple(g.Ref(v) for v in values)
-
-
-def lower(graph: g.Graph) -> g.Graph:
-    """``graph`` with every ``aotcombo::fused_linear`` call replaced by its output's allocation
-    and a launch of its kernel."""
-    if not any(isinstance(op, g.Extern) and op.op == f"{OP}.default" for op in graph.ops):
-        return graph
-    specs = graph.spec
-    kernels = {k.name: k for k in graph.kernels}
-    ops = []
-    for op in graph.ops:
-        if not (isinstance(op, g.Extern) and op.op == f"{OP}.default"):
-            ops.append(op)
-            continue
-        kernel, args = kernel_for(op, specs)
-        kernels.setdefault(kernel.name, kernel)
-        ops += [g.Alloc(op.out, specs[op.out]), g.Launch(kernel.name, args)]
-    return g.replace(graph, ops=tuple(ops), kernels=tuple(kernels.values()))

@@ -16,7 +16,7 @@ import torch
 
 from ..runtime.inputs import at_batch
 from ..runtime.manifest import BATCH, Dynamic
-from . import decode_attention, fused_linears, graph as g, linears
+from . import decode_attention, fused_linear_kernels, graph as g, linears
 
 
 @dataclass
@@ -90,7 +90,7 @@ def _fits(graph, inputs, weights) -> bool:
 def _lowered(graph: g.Graph) -> g.Graph:
     """The traced graph with the calls aotcombo makes its own kernels for replaced by them
     (after the cache: the cached trace is what Inductor made)."""
-    return decode_attention.lower(fused_linears.lower(graph))
+    return decode_attention.lower(fused_linear_kernels.lower(graph))
 
 
 def trace_keys(model, inputs, archs, cache, model_file, reporter, dynamic: Dynamic | None = None) -> dict:
