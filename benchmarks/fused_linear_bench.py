@@ -17,12 +17,13 @@ Each fused result is checked against float64 (relative L2; bf16 <= 1e-2, fp32 <=
 fresh random inputs. The crossover where cuBLAS's tuned kernels overtake our fixed tiles is
 what ``fused_linears.FUSED_MAX_FLOPS`` is set from.
 
-``--decode``: the linears of ``sample_models/llm_decode.py``'s decode step at 1 and 8 rows (its
+``--decode [--rows 1,8]``: the linears of ``sample_models/llm_decode.py``'s decode step (its
 RMS norm -> q/k/v and -> lm head, o and down with the residual as addmm's C, RMS norm ->
-gate/up -> silu(gate) * up), where the rule makes GEMVs (``fused_linears.GEMV_MAX_ROWS``):
-each against cuBLAS's matmul alone (``torch.addmm``/``F.linear``: what the package ran before,
-the norm and epilogue kernels not counted) and the unfused ops, with the GEMV tile configs of
-``GEMV_CANDIDATES`` beside the rule's, and the weight bytes streamed per microsecond.
+gate/up -> silu(gate) * up) at a few rows, where the rule makes GEMVs (``GEMV_MAX_ROWS``): each
+against cuBLAS's matmul alone (``torch.addmm``/``F.linear``: what the package ran before,
+the norm and epilogue kernels not counted) and the unfused ops, with the tile configs of
+``GEMV_CANDIDATES`` (one row) or ``DOT_CANDIDATES`` beside the rule's, and the weight bytes
+streamed per microsecond.
 """
 
 from __future__ import annotations
@@ -62,13 +63,16 @@ CANDIDATES = [fl.Tiles(16, 32, 64, 4, 3), fl.Tiles(16, 64, 64, 4, 3), fl.Tiles(3
               fl.Tiles(32, 64, 64, 4, 3), fl.Tiles(64, 64, 64, 4, 3), fl.Tiles(64, 128, 64, 4, 3),
               fl.Tiles(16, 32, 128, 4, 3), fl.Tiles(16, 32, 64, 2, 3)]
 
-# The decode step's linears (M, K, N, pattern): sample_models/llm_decode.py's sizes.
-DECODE_SHAPES = [(m, k, n, p) for m in (1, 8) for k, n, p in (
-    (1024, 1536, "rms"), (1024, 1024, "addmm"), (1024, 2816, "glu"), (2816, 1024, "addmm"), (1024, 32000, "rms"))]
-GEMV_CANDIDATES = [(bn, bk, w, st) for bn, bk, w, st in (
-    (4, 1024, 4, 3), (8, 512, 4, 3), (8, 1024, 4, 1), (8, 1024, 8, 3), (16, 512, 4, 3), (16, 256, 4, 3),
-    (32, 256, 4, 3), (8, 256, 4, 3), (16, 1024, 8, 3), (32, 512, 8, 3), (8, 128, 4, 3), (16, 128, 4, 3),
-    (4, 256, 4, 3), (8, 2048, 8, 3))]
+# The decode step's linears (K, N, pattern): sample_models/llm_decode.py's sizes, at --rows.
+DECODE_LINEARS = ((1024, 1536, "rms"), (1024, 1024, "addmm"), (1024, 2816, "glu"), (2816, 1024, "addmm"),
+                  (1024, 32000, "rms"))
+# Tile configs (block_n, block_k, warps, stages) timed beside the rule's: GEMVs for one row
+# (products summed on the CUDA cores), tensor-core tiles of 16 rows with long k steps for more.
+GEMV_CANDIDATES = ((4, 1024, 4, 3), (8, 512, 4, 3), (8, 1024, 4, 1), (8, 1024, 8, 3), (16, 512, 4, 3),
+                   (16, 256, 4, 3), (32, 256, 4, 3), (8, 256, 4, 3), (16, 1024, 8, 3), (32, 512, 8, 3),
+                   (8, 128, 4, 3), (16, 128, 4, 3), (4, 256, 4, 3), (8, 2048, 8, 3))
+DOT_CANDIDATES = ((16, 256, 4, 3), (16, 512, 4, 3), (16, 1024, 4, 2), (32, 256, 4, 3), (32, 512, 4, 3),
+                  (64, 256, 4, 3), (32, 128, 4, 3), (16, 512, 8, 3))
 
 
 def decode_recipe(m, k, n, pattern) -> fl.Recipe:
@@ -188,11 +192,11 @@ def best(others: dict) -> str:
     return min(timed.items(), key=lambda kv: kv[1]) if timed else "-"
 
 
-def decode(out: Path | None) -> None:
-    """The decode step's linears: the rule's GEMV and other GEMV tiles against cuBLAS."""
+def decode(out: Path | None, row_counts: list[int]) -> None:
+    """The decode step's linears: the rule's kernel and other tiles against cuBLAS."""
     device, rows = torch.device("cuda"), []
     with tempfile.TemporaryDirectory() as tmp:
-        for m, k, n, pattern in DECODE_SHAPES:
+        for m, (k, n, pattern) in ((m, shape) for m in row_counts for shape in DECODE_LINEARS):
             r = decode_recipe(m, k, n, pattern)
             sets, launch, kernel, _, _, error = checked(r, device, Path(tmp))
             unfused = time_graph(lambda t: t["out"].copy_(reference(r, t)), sets)
@@ -203,9 +207,11 @@ def decode(out: Path | None) -> None:
             fused = time_graph(launch, sets)
             others = {}
             rule = fl.tiles(m, n, k, r.dtype)
-            for bn, bk, warps, stages in GEMV_CANDIDATES:
-                config = fl.Tiles(rule.block_m, bn, min(bk, fl._next_power_of_2(k)), warps, stages, gemv=True)
-                if config == rule or config.block_m * bn * config.block_k > 32768:
+            gemv = m <= fl.GEMV_MAX_ROWS
+            for bn, bk, warps, stages in GEMV_CANDIDATES if gemv else DOT_CANDIDATES:
+                config = fl.Tiles(fl._next_power_of_2(m) if gemv else 16, bn, min(bk, fl._next_power_of_2(k)), warps,
+                                  stages, gemv=gemv)
+                if config == rule or gemv and config.block_m * bn * config.block_k > 32768:
                     continue
                 other, _ = fused_kernel(r, sets[0], Path(tmp), config)
                 try:
@@ -234,10 +240,11 @@ def decode(out: Path | None) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--decode", action="store_true", help="the LLM decode step's linears, GEMV tiles")
+    parser.add_argument("--decode", action="store_true", help="the LLM decode step's linears")
+    parser.add_argument("--rows", default="1,8", help="with --decode: the row counts (batch sizes), e.g. 1,2,4,8")
     args = parser.parse_args()
     if args.decode:
-        return decode(args.out)
+        return decode(args.out, [int(m) for m in args.rows.split(",")])
     device = torch.device("cuda")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -36,12 +36,15 @@ FUSED_MAX_FLOPS_FP32 = 2 ** 24
 FUSED_MAX_WEIGHT_BYTES = 2 ** 21
 FUSED_MIN_PROGRAMS = 16
 MIN_PROGRAMS = 64  # the tile rule shrinks tiles until the grid has this many programs
-# A matmul of one row (a batch-1 LLM decode step) reads each weight element once: memory-bound
-# whatever its FLOPs or weight bytes, a GEMV of ours, bare or not (tiles()). H100, llm_decode's
-# linears (fused_linear_bench.py --decode, results/fused_linear_bench_decode.log): 4 columns x k
-# in steps of up to 1024, 1.4-1.9x cuBLAS's time for 2-6 MB of weights, even at 65 MB (the lm
-# head); at 8 rows the [8, 4, 1024] products spill and cuBLAS wins, so the dot tiles stay there.
+# Up to DECODE_MAX_ROWS rows (an LLM decode step) a 16-bit matmul reads each weight element for
+# a few products: memory-bound whatever its FLOPs or weight bytes, so it is ours, bare or not
+# (tiles()). H100, llm_decode (results/fused_linear_bench_decode*.log, results/llm_gemv/): one row,
+# a GEMV of 4 columns x k in steps of up to 1024: 1.4-1.9x cuBLAS's speed for 2-6 MB of weights,
+# even at 65 MB (the lm head), batch-1 step 0.19 -> 0.155 ms; 2-8 rows (the GEMV's [8, 4, 1024]
+# products spill there), tensor-core tiles of 16 x 32 x 256: steps at batch 4 and 8 1.1x faster.
 GEMV_MAX_ROWS, GEMV_BLOCK_N, GEMV_MAX_BLOCK_K = 1, 4, 1024
+DECODE_MAX_ROWS, DECODE_BLOCK_N, DECODE_MAX_BLOCK_K = 8, 32, 256
+DECODE_DTYPES = (torch.bfloat16, torch.float16)
 # float32 products as three tf32 ones (tensor cores): 1.2-1.8e-7 from float64, below the
 # 2.4-4.1e-7 of Triton's "ieee" dot, and 1.7-3x faster.
 FP32_DOT_PRECISION = "tf32x3"
@@ -385,8 +388,9 @@ def fuse(ep) -> int:
         n, k = (_val(weight).shape if layout == "nk" else _val(weight).shape[::-1])
         dtype = _val(weight).dtype
         max_flops = FUSED_MAX_FLOPS_FP32 if dtype == torch.float32 else FUSED_MAX_FLOPS
+        decode = m <= DECODE_MAX_ROWS and dtype in DECODE_DTYPES
         if _dtype_name(dtype) not in FLOAT_DTYPES or _val(x).dtype != dtype or any(
-                isinstance(s, torch.SymInt) for s in (*_val(x).shape, m)) or m > GEMV_MAX_ROWS and (
+                isinstance(s, torch.SymInt) for s in (*_val(x).shape, m)) or not decode and (
                 2 * m * n * k > max_flops or n * k * dtype.itemsize > FUSED_MAX_WEIGHT_BYTES):
             continue
         bias_kind = None
@@ -404,8 +408,8 @@ def fuse(ep) -> int:
         epilogue = halves and _grow_epilogue(graph, dict(zip(halves[:2], ("acc", "acc_up"))), node, order, m, n // 2)
         if not epilogue:
             halves, epilogue = None, _grow_epilogue(graph, {node: "acc"}, node, order, m, n)
-        if m > GEMV_MAX_ROWS and norm is None and (epilogue is None or all(op == "copy" for _, (op, _) in epilogue[0])):
-            continue  # one launch either way: cuBLAS's (a GEMV of ours beats its split-k pair)
+        if not decode and norm is None and (epilogue is None or all(op == "copy" for _, (op, _) in epilogue[0])):
+            continue  # one launch either way: cuBLAS's (at a few rows ours is faster, split-k pairs included)
         width = n // 2 if halves else n
         t = tiles(m, width, k, _dtype_name(dtype))
         if _cdiv(m, t.block_m) * _cdiv(width, t.block_n) < FUSED_MIN_PROGRAMS:
@@ -490,15 +494,18 @@ def _next_power_of_2(n: int) -> int:
 
 
 def tiles(m: int, n: int, k: int, dtype: str) -> Tiles:
-    """Tiles by rule (the fastest configs measured, for parallelism). Up to ``GEMV_MAX_ROWS``
-    rows, a GEMV: all rows in one tile, ``GEMV_BLOCK_N`` columns, k steps of up to
-    ``GEMV_MAX_BLOCK_K``, 4 warps, 3 stages. Else 64 x 64 (16 rows for float32), shrunk rows
-    first to 16, then columns to 32, while under ``MIN_PROGRAMS`` programs; k steps of 64, 128
-    for few rows or a k of 128 (float32: 32); 4 warps; 3 stages (float32: 2)."""
-    if m <= GEMV_MAX_ROWS:
-        block_k = min(_next_power_of_2(k), GEMV_MAX_BLOCK_K)
-        return Tiles(_next_power_of_2(m), GEMV_BLOCK_N, block_k, num_warps=4, num_stages=3, gemv=True)
+    """Tiles by rule (the fastest configs measured, for parallelism). 16-bit, up to
+    ``GEMV_MAX_ROWS`` rows: a GEMV, all rows in one tile, ``GEMV_BLOCK_N`` columns, k steps of
+    up to ``GEMV_MAX_BLOCK_K``; up to ``DECODE_MAX_ROWS``: 16 x ``DECODE_BLOCK_N``, k steps of up
+    to ``DECODE_MAX_BLOCK_K``; both 4 warps, 3 stages. Else 64 x 64 (16 rows for float32),
+    shrunk rows first to 16, then columns to 32, while under ``MIN_PROGRAMS`` programs; k
+    steps of 64, 128 for few rows or a k of 128 (float32: 32); 4 warps; 3 stages (float32: 2)."""
     wide = dtype != "float32"
+    if wide and m <= DECODE_MAX_ROWS:
+        gemv = m <= GEMV_MAX_ROWS
+        block_k = min(_next_power_of_2(k), GEMV_MAX_BLOCK_K if gemv else DECODE_MAX_BLOCK_K)
+        return Tiles(_next_power_of_2(m) if gemv else 16, GEMV_BLOCK_N if gemv else DECODE_BLOCK_N, block_k,
+                     num_warps=4, num_stages=3, gemv=gemv)
     block_m, block_n = min(64 if wide else 16, max(16, _next_power_of_2(m))), min(64, max(32, _next_power_of_2(n)))
     while _cdiv(m, block_m) * _cdiv(n, block_n) < MIN_PROGRAMS and block_m > 16:
         block_m //= 2
