@@ -143,3 +143,93 @@ def test_state_that_cannot_be_replayed_is_a_build_error(model, message, tmp_path
         build_package(model.eval(), (torch.randn(4),), arch=["sm_90"], name="m", out=tmp_path, cache=False)
     assert e.value.fix and not list(tmp_path.iterdir())
     assert re.search(r"register_buffer", e.value.fix)
+
+
+class LayerCache:
+    """A cache object outside the modules holding references to their buffers, as transformers'
+    ``StaticCache`` does under ``TorchExportableModuleWithStaticCache``: its own ``keys``
+    and ``length``, and the device it was made on."""
+
+    def __init__(self, keys: torch.Tensor, length: torch.Tensor):
+        self.keys, self.length, self.device = keys, length, keys.device
+
+    def update(self, k):
+        pos = torch.arange(k.shape[1], device=self.device) + self.length
+        self.length.add_(k.shape[1])
+        self.keys.index_copy_(1, pos, k)
+        return self.keys
+
+
+class AliasedCache(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.proj = nn.Linear(D, D)
+        self.cache = {"layers": [LayerCache(torch.zeros(2, SEQ, D), torch.tensor(0))]}
+        self.register_buffer("keys", self.cache["layers"][0].keys, persistent=False)
+        self.register_buffer("length", self.cache["layers"][0].length, persistent=False)
+
+    def forward(self, x, pos):
+        layer = self.cache["layers"][0]
+        layer.length.copy_(pos[0])
+        keys = layer.update(self.proj(x))
+        return keys.sum(1) * x[:, 0]
+
+
+def test_buffers_a_plain_object_also_holds_are_the_state(tmp_path):
+    """Updates through another reference to a buffer (a cache object's) are the buffer's:
+    non-strict export would trace them as updates of a constant, and drop them."""
+    eager = AliasedCache().eval()
+    result = build_package(AliasedCache().eval(), (torch.randn(2, 1, D), torch.tensor([3])), arch=["sm_90"],
+                           name="aliased", out=tmp_path, cache=False)
+    assert result.manifest.weights.state == ("keys", "length")
+    names = [t.name for t in result.manifest.weights.tensors]
+    g = torch.Generator().manual_seed(1)
+    for pos in (0, 1, 2):
+        x = torch.randn(2, 1, D, generator=g)
+        with torch.no_grad():
+            ref = eager(x, torch.tensor([pos]))
+        got = interpret.run_variant(result, 0, [x, torch.tensor([pos])])
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(result.weights[names.index("keys")], eager.keys, rtol=1e-5, atol=1e-6)
+        assert int(result.weights[names.index("length")]) == int(eager.length) == pos + 1
+    assert bool(eager.keys[:, 3:].abs().sum() == 0)
+
+
+def _relative(got, ref):
+    return float((got.double() - ref.double()).norm() / ref.double().norm())
+
+
+def test_transformers_static_cache_decode_steps(tmp_path):
+    """Issue 12: ``LlamaForCausalLM`` over transformers' ``StaticCache``, wrapped by
+    ``TorchExportableModuleWithStaticCache`` (sample_models/llama_static_cache.py): three
+    decode steps under the interpreter against eager, logits and cache."""
+    pytest.importorskip("transformers")
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "sample_models" / "llama_static_cache.py"
+    spec = importlib.util.spec_from_file_location("llama_static_cache_sample", path)
+    sample = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sample)
+    result = build_package(sample.get_model(), sample.get_example_inputs(), arch=["sm_90"], name="llama_sc",
+                           out=tmp_path, cache=False)
+    state = result.manifest.weights.state
+    assert state == tuple(f"exportable.{kind}_{i}" for i in (0, 1)
+                          for kind in ("key_cache", "value_cache", "cumulative_length"))
+    names = [t.name for t in result.manifest.weights.tensors]
+    eager = sample.get_model()
+    g = torch.Generator().manual_seed(7)
+    for pos in (0, 1, 2):
+        ids, p = torch.randint(0, 128, (1, 1), generator=g), torch.tensor([pos])
+        with torch.no_grad():
+            ref = eager(ids, p)
+        got = interpret.run_variant(result, 0, [ids, p])
+        assert _relative(got, ref) <= 1e-5
+        for name in state:
+            value, expected = result.weights[names.index(name)], eager.get_buffer(name)
+            if "cumulative" in name:
+                assert int(value) == int(expected) == pos + 1
+            else:
+                assert _relative(value, expected) <= 1e-5
+    assert bool(eager.get_buffer("exportable.key_cache_0")[:, :, :3].abs().sum() > 0)

@@ -236,21 +236,92 @@ def virtual_gpu(arch: int) -> Iterator[None]:
 # --- export -------------------------------------------------------------------
 
 
-def _fake_cuda_module(module: torch.nn.Module, fake_mode) -> torch.nn.Module:
-    """A copy of ``module`` whose parameters and buffers are fake CUDA tensors."""
+def _fake_cuda_module(module: torch.nn.Module, fake_mode) -> tuple[torch.nn.Module, list]:
+    """A copy of ``module`` whose parameters and buffers are fake CUDA tensors, and the
+    references to them that plain Python objects of its modules hold (see ``_aliases``)."""
     clone = copy.deepcopy(module)
+    owners = {}  # id of a parameter or buffer -> (its module, its name)
     with fake_mode:
         for mod in clone.modules():
             for key, p in list(mod._parameters.items()):
                 if p is not None:
+                    owners.setdefault(id(p), (mod, key))
                     mod._parameters[key] = torch.nn.Parameter(_fake_like(p), requires_grad=False)
             for key, b in list(mod._buffers.items()):
                 if b is not None:
+                    owners.setdefault(id(b), (mod, key))
                     mod._buffers[key] = _fake_like(b)
             for key, value in list(vars(mod).items()):
                 if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
                     setattr(mod, key, _fake_like(value))
-    return clone
+    aliases, seen = [], set()
+    for mod in clone.modules():
+        for key, value in vars(mod).items():
+            if not key.startswith("_"):
+                _aliases(value, owners, aliases, seen)
+    return clone, aliases
+
+
+def _aliases(value, owners: dict, found: list, seen: set) -> None:
+    """The references to a module's parameters and buffers inside plain Python objects
+    (attributes, lists, dicts), as ``(container, slot, module, name)`` into ``found``.
+
+    transformers' ``TorchExportableModuleWithStaticCache`` registers its ``StaticCache``'s
+    tensors as its buffers, and the cache's layers update them in forward through their
+    own references. Non-strict ``torch.export`` traces forward with the modules' buffers
+    swapped for its own tensors; a reference elsewhere would still be the original, a
+    constant whose updates are lost. ``_bind_aliases`` points them at the buffers for the
+    trace. A CPU device such an object records (where its tensors were) becomes the GPU's."""
+    if id(value) in seen or isinstance(value, (torch.nn.Module, torch.Tensor, type, types.ModuleType,
+                                               types.FunctionType, types.MethodType, str, bytes, int, float)):
+        return
+    seen.add(id(value))
+    if isinstance(value, list):
+        items = list(enumerate(value))
+    elif isinstance(value, dict):
+        items = list(value.items())
+    elif isinstance(getattr(value, "__dict__", None), dict):
+        items = list(vars(value).items())
+    else:
+        return
+    for slot, item in items:
+        if isinstance(item, torch.Tensor) and id(item) in owners:
+            found.append((value, slot, *owners[id(item)]))
+        elif isinstance(item, torch.device) and item.type == "cpu":
+            _set(value, slot, torch.device("cuda"))
+        else:
+            _aliases(item, owners, found, seen)
+
+
+def _get(container, slot):
+    return container[slot] if isinstance(container, (list, dict)) else getattr(container, slot)
+
+
+def _set(container, slot, value) -> None:
+    if isinstance(container, (list, dict)):
+        container[slot] = value
+    else:
+        setattr(container, slot, value)
+
+
+def _bind_aliases(module: torch.nn.Module, aliases: list) -> None:
+    """Have ``module``'s forward point each alias (``_aliases``) at its module's parameter
+    or buffer as it is then (export's tensor for it), and back after."""
+    if not aliases:
+        return
+    forward = module.forward
+
+    def bound(*args, **kwargs):
+        before = [_get(container, slot) for container, slot, _, _ in aliases]
+        for container, slot, mod, name in aliases:
+            _set(container, slot, getattr(mod, name))
+        try:
+            return forward(*args, **kwargs)
+        finally:
+            for (container, slot, _, _), value in zip(aliases, before):
+                _set(container, slot, value)
+
+    module.forward = functools.wraps(forward)(bound)
 
 
 def _fake_like(t: torch.Tensor) -> torch.Tensor:
@@ -296,7 +367,7 @@ def _attention_for(arch: int):
 def _export(module, example_inputs, fake_mode, arch, dynamic: Dynamic | None = None):
     """``torch.export`` on fake CUDA tensors; ``dynamic`` makes dim 0 of its batched inputs
     one symbolic size."""
-    fake_module = _fake_cuda_module(module, fake_mode)
+    fake_module, aliases = _fake_cuda_module(module, fake_mode)
     with fake_mode:
         fake_inputs = tuple(_fake_like(t) for t in example_inputs)
         dynamic_shapes = None
@@ -307,6 +378,7 @@ def _export(module, example_inputs, fake_mode, arch, dynamic: Dynamic | None = N
                 shapes[fake_inputs[i]] = {0: batch}
             dynamic_shapes = shapes.dynamic_shapes(fake_module, fake_inputs)
         changed = _watch_python_state(fake_module)
+        _bind_aliases(fake_module, aliases)
         with torch.no_grad(), mock.patch.object(torch.nn.functional, "scaled_dot_product_attention", _attention_for(arch)):
             ep = torch.export.export(fake_module, fake_inputs, dynamic_shapes=dynamic_shapes, strict=False)
     if changed:
