@@ -36,10 +36,11 @@ FUSED_MAX_FLOPS_FP32 = 2 ** 24
 FUSED_MAX_WEIGHT_BYTES = 2 ** 21
 FUSED_MIN_PROGRAMS = 16
 MIN_PROGRAMS = 64  # the tile rule shrinks tiles until the grid has this many programs
-# Up to DECODE_MAX_ROWS rows (an LLM decode step) a 16-bit matmul reads each weight element for
-# a few products: memory-bound whatever its FLOPs or weight bytes, so it is ours, bare or not
-# (tiles()). H100, llm_decode (results/fused_linear_bench_decode*.log, results/llm_gemv/): one row,
-# a GEMV of 4 columns x k in steps of up to 1024: 1.4-1.9x cuBLAS's speed for 2-6 MB of weights,
+# A matmul of one row, or of up to DECODE_MAX_ROWS rows in 16 bits (an LLM decode step), reads
+# each weight element for a few products: memory-bound whatever its FLOPs or weight bytes, so
+# it is ours, bare or not (tiles()). H100, llm_decode (results/fused_linear_bench_decode*.log,
+# results/llm_gemv/): one row, a GEMV of 4 columns x k in steps of up to 1024 (float32 too: exact
+# products, no shared memory; not timed): 1.4-1.9x cuBLAS's speed for 2-6 MB of bf16 weights,
 # even at 65 MB (the lm head), batch-1 step 0.19 -> 0.155 ms; 2-8 rows (the GEMV's [8, 4, 1024]
 # products spill there), tensor-core tiles of 16 x 32 x 256: steps at batch 4 and 8 1.1x faster.
 GEMV_MAX_ROWS, GEMV_BLOCK_N, GEMV_MAX_BLOCK_K = 1, 4, 1024
@@ -388,7 +389,7 @@ def fuse(ep) -> int:
         n, k = (_val(weight).shape if layout == "nk" else _val(weight).shape[::-1])
         dtype = _val(weight).dtype
         max_flops = FUSED_MAX_FLOPS_FP32 if dtype == torch.float32 else FUSED_MAX_FLOPS
-        decode = m <= DECODE_MAX_ROWS and dtype in DECODE_DTYPES
+        decode = m <= GEMV_MAX_ROWS or m <= DECODE_MAX_ROWS and dtype in DECODE_DTYPES
         if _dtype_name(dtype) not in FLOAT_DTYPES or _val(x).dtype != dtype or any(
                 isinstance(s, torch.SymInt) for s in (*_val(x).shape, m)) or not decode and (
                 2 * m * n * k > max_flops or n * k * dtype.itemsize > FUSED_MAX_WEIGHT_BYTES):
@@ -494,18 +495,19 @@ def _next_power_of_2(n: int) -> int:
 
 
 def tiles(m: int, n: int, k: int, dtype: str) -> Tiles:
-    """Tiles by rule (the fastest configs measured, for parallelism). 16-bit, up to
-    ``GEMV_MAX_ROWS`` rows: a GEMV, all rows in one tile, ``GEMV_BLOCK_N`` columns, k steps of
-    up to ``GEMV_MAX_BLOCK_K``; up to ``DECODE_MAX_ROWS``: 16 x ``DECODE_BLOCK_N``, k steps of up
-    to ``DECODE_MAX_BLOCK_K``; both 4 warps, 3 stages. Else 64 x 64 (16 rows for float32),
+    """Tiles by rule (the fastest configs measured, for parallelism). Up to ``GEMV_MAX_ROWS``
+    rows: a GEMV, all rows in one tile, ``GEMV_BLOCK_N`` columns, k steps of up to
+    ``GEMV_MAX_BLOCK_K``; 16-bit, up to ``DECODE_MAX_ROWS``: 16 x ``DECODE_BLOCK_N``, k steps of
+    up to ``DECODE_MAX_BLOCK_K``; both 4 warps, 3 stages. Else 64 x 64 (16 rows for float32),
     shrunk rows first to 16, then columns to 32, while under ``MIN_PROGRAMS`` programs; k
     steps of 64, 128 for few rows or a k of 128 (float32: 32); 4 warps; 3 stages (float32: 2)."""
     wide = dtype != "float32"
+    if m <= GEMV_MAX_ROWS:
+        block_k = min(_next_power_of_2(k), GEMV_MAX_BLOCK_K)
+        return Tiles(_next_power_of_2(m), GEMV_BLOCK_N, block_k, num_warps=4, num_stages=3, gemv=True)
     if wide and m <= DECODE_MAX_ROWS:
-        gemv = m <= GEMV_MAX_ROWS
-        block_k = min(_next_power_of_2(k), GEMV_MAX_BLOCK_K if gemv else DECODE_MAX_BLOCK_K)
-        return Tiles(_next_power_of_2(m) if gemv else 16, GEMV_BLOCK_N if gemv else DECODE_BLOCK_N, block_k,
-                     num_warps=4, num_stages=3, gemv=gemv)
+        block_k = min(_next_power_of_2(k), DECODE_MAX_BLOCK_K)
+        return Tiles(16, DECODE_BLOCK_N, block_k, num_warps=4, num_stages=3)
     block_m, block_n = min(64 if wide else 16, max(16, _next_power_of_2(m))), min(64, max(32, _next_power_of_2(n)))
     while _cdiv(m, block_m) * _cdiv(n, block_n) < MIN_PROGRAMS and block_m > 16:
         block_m //= 2
