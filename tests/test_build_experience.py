@@ -373,6 +373,48 @@ def test_scheduler_compiles_in_workers(builds, method, monkeypatch):
     assert {label: binary.cubin for label, binary in results.items()} == expected
 
 
+UNGUARDED = """\
+import sys
+import aotcombo
+from aotcombo.builder import compiler
+
+sys.path.insert(0, {src!r})
+from mlp import get_example_inputs, get_model
+
+compiler.POOL_THRESHOLD_S = 0.0  # workers however small the build
+aotcombo.build(get_model(), get_example_inputs(), arch=["sm_80", "sm_90"], name="mlp", out={out!r}, cache=False, jobs=2)
+print("built")
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_build_at_a_script_s_top_level_runs_once(mlp_file, tmp_path, method):
+    """A compile worker imports the script that started the build (as any multiprocessing
+    child does): the build refuses to start there, naming the fix, so the script builds once
+    and its --out holds the two wheels and nothing half-written."""
+    script, out = tmp_path / "unguarded.py", tmp_path / "out"
+    script.write_text(UNGUARDED.format(src=str(mlp_file.parent), out=str(out)))
+    env = {**os.environ, "AOTCOMBO_POOL": method, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("built") == 1
+    assert sorted(p.name for p in out.iterdir()) == ["mlp-0.1.0-cp310-abi3-manylinux_2_17_x86_64.whl",
+                                                     "mlp-0.1.0-py3-none-any.whl"]
+    assert "if __name__ == " in done.stderr
+
+
+def test_a_compile_worker_importing_the_script_refuses_to_build(monkeypatch):
+    import multiprocessing
+
+    from aotcombo.builder.environment import check_environment
+    from aotcombo.errors import EnvironmentError_
+
+    monkeypatch.setattr(multiprocessing.current_process(), "_inheriting", True, raising=False)
+    with pytest.raises(EnvironmentError_, match="compile worker") as failure:
+        check_environment()
+    assert "if __name__" in failure.value.fix
+
+
 def test_resource_usage_from_cuobjdump(builds):
     binary = next(iter(builds[0].variants[0].binaries.values()))
     usage = compiler.resource_usage(binary.cubin, binary.name)

@@ -36,9 +36,22 @@ def runtime_requirement() -> str:
 
 
 def check_environment() -> None:
-    """Raise EnvironmentError_ unless this environment can build: the right torch, and
-    every build dependency importable."""
+    """Raise EnvironmentError_ unless this environment can build: the right torch, every
+    build dependency importable, and not a compile worker importing the caller's script."""
+    import multiprocessing
+
     import torch
+
+    # The compile workers (forkserver or spawn) import the script that started the build, as
+    # multiprocessing does for any child; a build at its top level would run again in each of
+    # them, all writing to one --out. multiprocessing marks such an import (_inheriting).
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise EnvironmentError_(
+            "a build was started while a compile worker imported the script that started it "
+            f"({getattr(sys.modules.get('__mp_main__'), '__file__', 'the main script')})",
+            fix="start the build under `if __name__ == \"__main__\":` in that script, as any program that "
+            "starts processes must",
+        )
 
     if not torch.__version__.startswith(BUILD_TORCH + "."):
         raise EnvironmentError_(
