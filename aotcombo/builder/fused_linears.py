@@ -1,8 +1,9 @@
 """Linears that take in the norm before them and the pointwise ops after them: one kernel each.
 
 ``fuse`` rewrites, in the exported graph before Inductor, each small ``epilogue(norm(x) @ W +
-bias)`` into one ``aotcombo::fused_linear(x, W, operands, recipe)`` call (``Recipe`` as JSON);
-after the trace, ``lower`` replaces each call with a Triton kernel of ours
+bias)`` (and each linear of a decode step's few rows, bare or not) into one
+``aotcombo::fused_linear(x, W, operands, recipe)`` call (``Recipe`` as JSON); after the trace,
+``fused_linear_kernels.lower`` replaces each call with a Triton kernel of ours
 (``templates/fused_linear.py.j2``): sizes and strides fixed, tiles by ``tiles``, no autotuning.
 The norm: ``aten.layer_norm`` or an RMS norm written out with its casts, used by this matmul
 only. The matmul: ``linear``, ``addmm`` or ``mm`` by a weight (``W`` or ``W.T``), its C a bias
@@ -389,9 +390,9 @@ def fuse(ep) -> int:
         n, k = (_val(weight).shape if layout == "nk" else _val(weight).shape[::-1])
         dtype = _val(weight).dtype
         max_flops = FUSED_MAX_FLOPS_FP32 if dtype == torch.float32 else FUSED_MAX_FLOPS
-        decode = m <= GEMV_MAX_ROWS or m <= DECODE_MAX_ROWS and dtype in DECODE_DTYPES
+        few_rows = m <= GEMV_MAX_ROWS or m <= DECODE_MAX_ROWS and dtype in DECODE_DTYPES  # memory-bound
         if _dtype_name(dtype) not in FLOAT_DTYPES or _val(x).dtype != dtype or any(
-                isinstance(s, torch.SymInt) for s in (*_val(x).shape, m)) or not decode and (
+                isinstance(s, torch.SymInt) for s in (*_val(x).shape, m)) or not few_rows and (
                 2 * m * n * k > max_flops or n * k * dtype.itemsize > FUSED_MAX_WEIGHT_BYTES):
             continue
         bias_kind = None
@@ -409,7 +410,7 @@ def fuse(ep) -> int:
         epilogue = halves and _grow_epilogue(graph, dict(zip(halves[:2], ("acc", "acc_up"))), node, order, m, n // 2)
         if not epilogue:
             halves, epilogue = None, _grow_epilogue(graph, {node: "acc"}, node, order, m, n)
-        if not decode and norm is None and (epilogue is None or all(op == "copy" for _, (op, _) in epilogue[0])):
+        if not few_rows and norm is None and (epilogue is None or all(op == "copy" for _, (op, _) in epilogue[0])):
             continue  # one launch either way: cuBLAS's (at a few rows ours is faster, split-k pairs included)
         width = n // 2 if halves else n
         t = tiles(m, width, k, _dtype_name(dtype))
