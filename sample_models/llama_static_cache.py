@@ -11,6 +11,15 @@ sets each layer's length to ``cache_position[0]`` and returns the logits [1, T, 
 ``Step`` passes ``input_ids`` [1, 1] and ``cache_position`` [1] (int64) by keyword::
 
     aotcombo build sample_models/llama_static_cache.py --arch sm_90 --out dist/
+
+``get_model(family=...)`` builds the same step for other decoder families of the same size
+(``FAMILIES``; tests/test_state.py checks each): Qwen2 (biased q/k/v), Mistral and Gemma 2/3
+with a sliding window of ``WINDOW`` positions (Gemma 2: softcapped logits, eager attention, as
+it has no sdpa; Gemma 3: q/k norms), Phi-3 (fused qkv and gate/up), Gemma (head_dim 16, (1 +
+w) norms). For sliding layers the wrapper swaps transformers' ``StaticSlidingWindowLayer``
+(whose update branches on a Python int) for a full ``StaticLayer`` of ``MAX_CACHE`` positions
+and the window is the attention mask's, built from ``cache_position``: one graph serves steps
+before and past the window, up to ``MAX_CACHE`` positions.
 """
 
 import torch
@@ -18,19 +27,37 @@ from torch import nn
 
 DTYPE = torch.float32
 MAX_CACHE = 64
+WINDOW = 4  # sliding window of the sliding families: a few decode steps cross it
+
+# family: (config class, model class, config keywords beyond the common ones)
+FAMILIES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
+    "mistral": ("MistralConfig", "MistralForCausalLM", {"sliding_window": WINDOW}),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", {"head_dim": 16}),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
+               {"head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": WINDOW, "attn_implementation": "eager"}),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM",
+               {"head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": WINDOW}),
+}
 
 
-def _llama(dtype=DTYPE):
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+def _decoder(family="llama", dtype=DTYPE):
+    import transformers
+    from transformers import GenerationConfig
 
+    config_class, model_class, extra = FAMILIES[family]
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=MAX_CACHE,
-                         attn_implementation="sdpa")
-    model = LlamaForCausalLM(config)
-    for m in model.modules():  # RMSNorm weights start at 1: make them random too
-        if type(m).__name__ == "LlamaRMSNorm":
-            nn.init.normal_(m.weight, 1.0, 0.1)
+    config = getattr(transformers, config_class)(**{
+        "vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": MAX_CACHE,
+        "attn_implementation": "sdpa", **extra})
+    model = getattr(transformers, model_class)(config)
+    for m in model.modules():  # RMSNorm weights start at 1 (Gemma's, 1 + w, at 0): make them random too
+        name = type(m).__name__
+        if name.endswith("RMSNorm"):
+            nn.init.normal_(m.weight, 0.0 if name.startswith("Gemma") else 1.0, 0.1)
     model = model.to(dtype).eval()
     model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static",
                                                cache_config={"batch_size": 1, "max_cache_len": MAX_CACHE})
@@ -48,10 +75,10 @@ class Step(nn.Module):
         return self.exportable(input_ids=input_ids, cache_position=cache_position)
 
 
-def get_model(dtype=DTYPE):
+def get_model(dtype=DTYPE, family="llama"):
     from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
 
-    return Step(TorchExportableModuleWithStaticCache(_llama(dtype), batch_size=1, max_cache_len=MAX_CACHE,
+    return Step(TorchExportableModuleWithStaticCache(_decoder(family, dtype), batch_size=1, max_cache_len=MAX_CACHE,
                                                      device=torch.device("cpu"))).eval()
 
 
