@@ -437,3 +437,85 @@ def test_embedding_bags_become_combo_kernels(tmp_path):
     kept = build_package(Max().eval(), (torch.tensor([1, 2, 3]), torch.tensor([0, 1])), arch=["sm_90"],
                          out=tmp_path / "max", cache=False)
     assert any("embedding_bag" in op.op for op in kept.variants[0].plan.ops if hasattr(op, "op"))
+
+
+# --- transformers' MoE layers (builder/decompositions.py) -------------------------------
+
+
+def _tiny_moe(name: str, experts_implementation: str | None = None):
+    """A 2-layer MixtralForCausalLM or Qwen2MoeForCausalLM: hidden 64, 4 heads / 2 kv heads,
+    4 experts top-2, intermediate 64, vocab 128, fp32; transformers' default experts
+    implementation unless one is named."""
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "use_experts_implementation") and not hasattr(
+            transformers.integrations, "use_experts_implementation"):
+        pytest.skip("transformers without experts implementations (before 5.x)")
+    common = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                  intermediate_size=64, vocab_size=128, max_position_embeddings=64, attn_implementation="sdpa",
+                  use_cache=False)
+    if experts_implementation:
+        common["experts_implementation"] = experts_implementation
+    torch.manual_seed(0)
+    if name == "mixtral":
+        return transformers.MixtralForCausalLM(transformers.MixtralConfig(
+            num_local_experts=4, num_experts_per_tok=2, **common)).eval()
+    return transformers.Qwen2MoeForCausalLM(transformers.Qwen2MoeConfig(
+        num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, shared_expert_intermediate_size=64,
+        decoder_sparse_step=1, **common)).eval()
+
+
+@pytest.mark.parametrize("rows, experts", [(16, 4), (3, 5)])
+def test_grouped_mm_fallback_decomposition_matches_transformers(rows, experts):
+    """Both formulations (every expert on every row; each row's expert gathered), with an empty
+    group and rows past the last group (left zero), against transformers' own op."""
+    pytest.importorskip("transformers.integrations.moe")  # registers the op (transformers 5)
+    from aotcombo.builder import decompositions
+
+    op = torch.ops.transformers.grouped_mm_fallback.default
+    assert op in decompositions.table()
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(rows, 8, generator=g), torch.randn(experts, 8, 6, generator=g)
+    ends = sorted(torch.randint(0, rows, (experts - 1,), generator=g).tolist())
+    ends[0] = ends[1] if experts > 2 else ends[0]  # an empty group
+    offs = torch.tensor(ends + [rows - 1], dtype=torch.int32)  # the last row in no group
+    got = decompositions.grouped_mm_fallback(x, w, offs)
+    assert torch.allclose(got, op(x, w, offs), rtol=1e-6, atol=1e-6)
+    assert torch.equal(got[-1], torch.zeros(6))
+
+
+def test_integer_histc_decomposition_bins_as_cuda_does():
+    from aotcombo.builder.decompositions import histc
+
+    x = torch.tensor([0, 3, 3, 1, 7, -1, 8, 2, 5], dtype=torch.int32)
+    bins = [((v - 0) * 3 // 7 if v < 7 else 2) for v in x.tolist() if 0 <= v <= 7]  # integer binning, top in last
+    expected = torch.bincount(torch.tensor(bins), minlength=3).to(torch.int32)
+    got = histc(x, bins=3, min=0, max=7)
+    assert got.dtype == torch.int32 and torch.equal(got, expected)
+    assert histc(x.float(), bins=3, min=0, max=7) is NotImplemented
+
+
+@pytest.mark.parametrize("name", ["mixtral", "qwen2_moe"])
+def test_transformers_moe_builds_with_fixed_shapes_and_matches_eager(name, tmp_path):
+    """transformers 5's default experts ("grouped_mm") in fp32 call its custom op
+    transformers::grouped_mm_fallback (a loop over offs.tolist()): the package must not call
+    it (it needs transformers at run time and syncs with the host), and matches eager."""
+    model = _tiny_moe(name)
+    g = torch.Generator().manual_seed(0)
+    result = build_package(model, (torch.randint(0, 128, (2, 8), generator=g),), arch=["sm_90"],
+                           out=tmp_path / "dist", cache=False)
+    assert "transformers" not in result.variants[0].program and "histc" not in result.variants[0].program
+    assert all(op.startswith("aten::") for op in result.manifest.extern_ops)
+    ids = torch.randint(0, 128, (2, 8), generator=g)
+    with torch.no_grad():
+        ref = model(ids)
+    check([interpret.run_variant(result, 0, [ids])["logits"]], [ref.logits])
+
+
+def test_transformers_eager_experts_error_names_the_line_and_the_fix(tmp_path):
+    model = _tiny_moe("mixtral", experts_implementation="eager")
+    with pytest.raises(UnsupportedModelError) as info:
+        build_package(model, (torch.randint(0, 128, (2, 8)),), arch=["sm_90"], out=tmp_path / "out", cache=False)
+    message = str(info.value)
+    assert "modeling_mixtral.py:" in message and "MixtralExperts" in message
+    assert 'set_experts_implementation("grouped_mm")' in message
+    assert not (tmp_path / "out").exists()

@@ -10,6 +10,17 @@ the trace decomposes it here, so its work lands in kernels the planner can combi
   DLRM's 26 lookups then become two combo launches (zeros, then the gathers and adds)
   instead of 26 extern calls. The other outputs (offset2bag, bag sizes) are computed too,
   as eager's CUDA kernel defines them; max mode, 2-D ids and padding stay extern calls.
+- transformers' ``grouped_mm_fallback`` (``transformers::grouped_mm_fallback``: what its default
+  ``experts_implementation="grouped_mm"`` calls for MoE experts in a dtype other than bf16):
+  rows sorted by expert, ``offs`` the groups' ends. Its eager kernel loops over ``offs.tolist()``
+  (a host sync in a custom op only transformers registers, so a package calling it would need
+  transformers at run time and could not be captured in a CUDA graph). Here every expert
+  multiplies every row (one bmm over the stacked weights, when there are at least as many rows as
+  experts; else each row's expert's weights gathered, one bmm of single rows) and each row keeps
+  its own expert's product: exact, fixed shapes. Rows past the last group are zero, as there.
+- ``histc`` of integers (the expert counts that feed it): each value's bin computed in integers,
+  counted with an index add; CUDA's kernel bins integers the same way, and the CPU has no integer
+  histc (the interpreter could not run it). Float ``histc`` stays an extern call.
 """
 
 from __future__ import annotations
@@ -53,5 +64,44 @@ def _bag_of_each_id(starts, n: int):
     return marks[:n].cumsum(0).to(starts.dtype) - 1
 
 
+def grouped_mm_fallback(input, weight, offs):
+    """``transformers::grouped_mm_fallback(input [S, K], weight [E, K, N], offs [E]) -> [S, N]``:
+    row ``s`` times ``weight[e]`` for the group ``e`` holding it (rows ``offs[e-1]:offs[e]``)."""
+    rows, experts = input.shape[0], weight.shape[0]
+    index = torch.arange(rows, device=offs.device, dtype=offs.dtype)
+    group = (offs.unsqueeze(0) <= index.unsqueeze(1)).sum(1)  # groups ending at or before the row: its group
+    past = group >= experts  # past the last group: left zero
+    group = group.clamp(max=experts - 1)
+    if rows >= experts:  # every expert on every row, each row keeps its own expert's product
+        every = torch.bmm(input.unsqueeze(0).expand(experts, -1, -1), weight)  # [E, S, N]
+        out = every.gather(0, group.view(1, rows, 1).expand(1, rows, weight.shape[2])).squeeze(0)
+    else:  # fewer rows than experts (a decode step): each row's expert's weights
+        out = torch.bmm(input.unsqueeze(1), weight[group]).squeeze(1)
+    return out.masked_fill(past.unsqueeze(1), 0)
+
+
+def histc(input, bins=100, min=0, max=0):
+    """``aten.histc`` of an integer tensor with ``min < max``: CUDA's integer binning,
+    ``(x - min) * bins // (max - min)`` (the top value in the last bin), out-of-range values
+    dropped."""
+    if input.is_floating_point() or not min < max or int(min) != min or int(max) != max:
+        return NotImplemented
+    low, high = int(min), int(max)
+    x = input.reshape(-1).to(torch.int64)
+    inside = (x >= low) & (x <= high)
+    bin_ = ((x - low) * bins // (high - low)).clamp(0, bins - 1)
+    return torch.zeros(bins, device=input.device, dtype=input.dtype).index_add(0, bin_, inside.to(input.dtype))
+
+
 TABLE = {op: embedding_bag for op in (aten.embedding_bag.default, aten.embedding_bag.padding_idx,
                                      aten._embedding_bag.default, aten._embedding_bag_forward_only.default)}
+TABLE[aten.histc.default] = histc
+
+
+def table() -> dict:
+    """TABLE, with transformers' grouped-mm op where transformers registered it (imported)."""
+    found = dict(TABLE)
+    transformers_ops = getattr(torch.ops, "transformers", None)
+    if transformers_ops is not None and hasattr(transformers_ops, "grouped_mm_fallback"):
+        found[transformers_ops.grouped_mm_fallback.default] = grouped_mm_fallback
+    return found

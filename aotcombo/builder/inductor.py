@@ -32,7 +32,7 @@ import torch
 from . import decompositions, fused_linears, graph as g, linears
 from ..errors import UnsupportedModelError
 from ..runtime.manifest import BATCH, Dynamic
-from .usercode import where
+from .usercode import library_where, where
 
 SUPPORTED_TORCH = "2.14"
 
@@ -1047,10 +1047,15 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor
             raise _located(exc, where(exc)) from None
         except Exception as exc:  # noqa: BLE001 - every export failure is the model's
             loose = _loose_tensors(module)
+            experts = _token_picking_experts(module)
             raise UnsupportedModelError(
-                f"torch.export cannot trace the model{where(exc)}: {_summary(exc)}",
-                fix="aotcombo needs a model torch.export can capture whole: no data-dependent Python control "
-                "flow, no .item()/.tolist() host syncs, only ops with CUDA and fake-tensor kernels"
+                f"torch.export cannot trace the model{where(exc) or library_where(exc)}: {_summary(exc)}",
+                fix=(f"the model's MoE experts ({experts}) run transformers' experts_implementation=\"eager\", "
+                     "which picks each expert's tokens (nonzero, a loop over the experts hit: data-dependent "
+                     "shapes); build it with model.set_experts_implementation(\"grouped_mm\") or \"batched_mm\" "
+                     "(or experts_implementation=... in from_pretrained or the config): fixed shapes" if experts else
+                     "aotcombo needs a model torch.export can capture whole: no data-dependent Python control "
+                     "flow, no .item()/.tolist() host syncs, only ops with CUDA and fake-tensor kernels")
                 + (f"; the model holds tensors that are not registered buffers ({', '.join(loose[:5])}): if "
                    "forward updates one, register it with self.register_buffer" if loose else ""),
             ) from exc
@@ -1058,7 +1063,7 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor
         # Functional ATen: in-place updates of inputs become extra outputs; fallbacks with a
         # plain formulation become ops Inductor writes kernels for (decompositions.py).
         # (Not when counting Inductor's own launches: torch.compile makes those fallbacks.)
-        ep = ep.run_decompositions({} if inductor_combo_kernels else dict(decompositions.TABLE))
+        ep = ep.run_decompositions({} if inductor_combo_kernels else decompositions.table())
         if not inductor_combo_kernels:
             linears.combine(ep, module)
             linears.fold_residuals(ep)
@@ -1096,6 +1101,18 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor
 
     weights = {key: _real_tensor(module, key, ep.constants) for kind, key in input_meta if kind == "weight"}
     return graph, weights, output_structure(ep.call_spec.out_spec)
+
+
+def _token_picking_experts(module: torch.nn.Module) -> str:
+    """The class of transformers' MoE experts modules (``@use_experts_implementation``) in
+    ``module`` that run its "eager" implementation (tokens picked per expert: data-dependent
+    shapes), or ""."""
+    for sub in module.modules():
+        config = getattr(sub, "config", None)
+        if hasattr(sub, "_is_expert_parallel") and hasattr(sub, "has_gate") and \
+                getattr(config, "_experts_implementation", None) in ("eager", None):
+            return type(sub).__name__
+    return ""
 
 
 def _inductor_failure(exc: BaseException, arch: int) -> UnsupportedModelError:

@@ -72,3 +72,25 @@ def where(exc: BaseException) -> str:
     if frame is None:
         return ""
     return f" at {os.path.basename(frame.filename)}:{frame.lineno} (`{(frame.line or '').strip()}`)"
+
+
+def library_where(exc: BaseException) -> str:
+    """`` at transformers/models/mixtral/modeling_mixtral.py:81 (`code`)`` for the innermost
+    frame of an installed package other than torch, triton and aotcombo in ``exc``, its causes
+    and contexts, or "": where a model that is all library code (a transformers model passed
+    as it is) failed, when ``where`` finds no user code."""
+    tools = tuple(r for r in _versioned_roots() if os.sep + "site-packages" + os.sep in r
+                  or os.sep + "dist-packages" + os.sep in r or r.endswith(f"{os.sep}aotcombo{os.sep}"))
+    found, seen = None, exc
+    while seen is not None:
+        for frame in traceback.extract_tb(seen.__traceback__):
+            path = os.path.realpath(frame.filename or "")
+            parts = path.split(os.sep)
+            if ("site-packages" in parts or "dist-packages" in parts) and not path.startswith(tools):
+                found = frame
+        seen = seen.__cause__ or seen.__context__
+    if found is None:
+        return ""
+    parts = os.path.realpath(found.filename).split(os.sep)
+    top = max(i for i, p in enumerate(parts) if p in ("site-packages", "dist-packages"))
+    return f" at {'/'.join(parts[top + 1:])}:{found.lineno} (`{(found.line or '').strip()}`)"
