@@ -211,6 +211,42 @@ def get_example_inputs():
     assert_nothing_written(tmp_path / "out")
 
 
+def test_another_library_s_custom_op_is_refused(capsys, tmp_path):
+    """A package runs with torch alone: a call into another library's custom op (registered
+    by transformers, torchvision, a user's extension: here by the model file) is a build
+    error naming the op and the model's line, not a package that fails where it is loaded."""
+    path = write(tmp_path, """\
+import torch
+
+
+@torch.library.custom_op("otherlib::twice", mutates_args=())
+def twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@twice.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+class UsesIt(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(torch.ops.otherlib.twice(x + 1))
+
+
+def get_model():
+    return UsesIt()
+
+
+def get_example_inputs():
+    return (torch.randn(16),)
+""")
+    code, _, err = run(capsys, path, "--arch", "sm_90", "--out", tmp_path / "out")
+    assert code == 4
+    assert_one_error(err, "unsupported model", "otherlib::twice.default at model.py:16", "torch alone")
+    assert_nothing_written(tmp_path / "out")
+
+
 def _broken(render):
     def render_combo(combo):
         source = render(combo)

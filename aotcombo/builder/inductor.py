@@ -1091,6 +1091,7 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor
         except Exception as exc:  # noqa: BLE001
             raise _inductor_failure(exc, arch) from exc
         graph = _graph_from_fx(fx_wrapper, kernels, input_meta, arch)
+        _refuse_other_libraries_ops(graph, gm)
         placeholder = {s.arg.name: i for i, s in enumerate(signature.input_specs)}
         mutations = tuple(
             (graph.inputs[placeholder[s.target]].name, i)
@@ -1101,6 +1102,28 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor
 
     weights = {key: _real_tensor(module, key, ep.constants) for kind, key in input_meta if kind == "weight"}
     return graph, weights, output_structure(ep.call_spec.out_spec)
+
+
+PACKAGED_NAMESPACES = ("aten", "aotcombo")  # torch's own ops; ours are lowered to kernels after the trace
+
+
+def _refuse_other_libraries_ops(graph: g.Graph, exported: torch.fx.GraphModule) -> None:
+    """Raise for a call the package would make to another library's custom op (transformers',
+    torchvision's, a user's extension): a package runs with torch alone, where that op is not
+    registered. Names the op and, from the exported graph, the model's line that calls it."""
+    for op in graph.ops:
+        namespace = op.op.partition("::")[0] if isinstance(op, g.Extern) else "aten"
+        if namespace in PACKAGED_NAMESPACES:
+            continue
+        node = next((n for n in exported.graph.nodes if isinstance(n.target, torch._ops.OpOverload)
+                     and _op_name(n.target) == op.op), None)
+        raise UnsupportedModelError(
+            f"the model calls {op.op}{_node_where(node) if node is not None else ''}, a custom op that another "
+            f"library registers (namespace {namespace!r}): a package runs with torch alone, without that library, "
+            "so it cannot make that call",
+            fix="compute it with torch ops in the model (a library's layer often has an implementation that does, "
+            "chosen by its config), or leave that layer out of the model you build",
+        )
 
 
 def _token_picking_experts(module: torch.nn.Module) -> str:
