@@ -309,6 +309,40 @@ def test_trace_key_follows_code_and_structure_not_weight_values(tmp_path):
     assert cache_mod.trace_key(model, example, 80, path) != cache_mod.trace_key(model, example, 90, path)
 
 
+def test_a_library_in_a_virtual_environment_is_part_of_the_trace_key(tmp_path, monkeypatch):
+    """In a virtual environment Python's platstdlib is the environment's lib/pythonX.Y, which
+    holds its site-packages: a library installed there (transformers, timm) is third-party code
+    whose source is part of a trace's key, not code a tool version names; else a change to it
+    (an upgrade) would reuse traces of the old code."""
+    import importlib
+    import sysconfig
+
+    from aotcombo.builder import usercode
+
+    lib = tmp_path / "venv" / "lib" / "python3.11"
+    package = lib / "site-packages" / "scaledlib"
+    package.mkdir(parents=True)
+    source = "import torch\n\nclass Scaled(torch.nn.Module):\n    def forward(self, x):\n        return x * {}\n"
+    (package / "__init__.py").write_text(source.format(2))
+    paths = {**sysconfig.get_paths(), "platstdlib": str(lib)}
+    monkeypatch.setattr(sysconfig, "get_paths", lambda *a, **k: paths)
+    monkeypatch.syspath_prepend(str(lib / "site-packages"))
+    for cached in (usercode.code_kind, usercode._stdlib_roots):
+        cached.cache_clear()
+    try:
+        scaledlib = importlib.import_module("scaledlib")
+        inputs = (torch.randn(4),)
+        before = cache_mod.trace_keys(scaledlib.Scaled(), inputs, [90], None)
+        (package / "__init__.py").write_text(source.format(3))
+        after = cache_mod.trace_keys(scaledlib.Scaled(), inputs, [90], None)
+        assert usercode.code_kind(scaledlib.__file__) == usercode.THIRD_PARTY
+        assert before != after
+    finally:
+        sys.modules.pop("scaledlib", None)
+        for cached in (usercode.code_kind, usercode._stdlib_roots):
+            cached.cache_clear()
+
+
 def test_trace_key_sees_closures_and_refuses_what_it_cannot_read():
     class Fn(torch.nn.Module):
         def __init__(self, fn):

@@ -16,38 +16,48 @@ VERSIONED, THIRD_PARTY, USER = "versioned", "third_party", "user"
 
 
 @functools.cache
-def _versioned_roots() -> tuple[str, ...]:
-    """Folders whose code a version names: Python's standard library, torch (and the
-    packages it bundles), triton and aotcombo."""
-    import sysconfig
-
-    aotcombo_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    roots = {aotcombo_root}
-    for key in ("stdlib", "platstdlib"):
-        path = sysconfig.get_paths().get(key)
-        if path:
-            roots.add(path)
+def _versioned_packages() -> tuple[str, ...]:
+    """Folders of the installed packages whose code a version names (the build's tool
+    versions): torch (and the packages it bundles), triton and aotcombo."""
+    roots = {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
     for name in ("torch", "triton", "torchgen", "functorch"):
         file = getattr(sys.modules.get(name), "__file__", None)
         if file:
             roots.add(os.path.dirname(file))
-    return tuple(sorted(os.path.realpath(r) + os.sep for r in roots))
+    return _folders(roots)
+
+
+@functools.cache
+def _stdlib_roots() -> tuple[str, ...]:
+    """Python's standard library. In a virtual environment ``platstdlib`` is the
+    environment's own lib/pythonX.Y, which holds its site-packages too: the packages
+    there are told apart first (``code_kind``)."""
+    import sysconfig
+
+    return _folders({sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib")} - {None})
+
+
+def _folders(paths) -> tuple[str, ...]:
+    return tuple(sorted(os.path.realpath(p) + os.sep for p in paths))
 
 
 @functools.cache
 def code_kind(file: str | None) -> str:
     """``VERSIONED`` (the standard library, torch, triton, aotcombo, and code with no
-    Python source), ``THIRD_PARTY`` (other installed packages) or ``USER``."""
+    Python source), ``THIRD_PARTY`` (other installed packages: their sources are part of a
+    trace's key) or ``USER``."""
     if not file:
         return VERSIONED  # builtins and extension types have no Python source
     if file.startswith("<"):
         return USER  # exec'd code
     path = os.path.realpath(file)
-    if path.startswith(_versioned_roots()):
+    if path.startswith(_versioned_packages()):
         return VERSIONED
     parts = path.split(os.sep)
     if "site-packages" in parts or "dist-packages" in parts:
         return THIRD_PARTY
+    if path.startswith(_stdlib_roots()):
+        return VERSIONED
     return USER
 
 
@@ -79,8 +89,7 @@ def library_where(exc: BaseException) -> str:
     frame of an installed package other than torch, triton and aotcombo in ``exc``, its causes
     and contexts, or "": where a model that is all library code (a transformers model passed
     as it is) failed, when ``where`` finds no user code."""
-    tools = tuple(r for r in _versioned_roots() if os.sep + "site-packages" + os.sep in r
-                  or os.sep + "dist-packages" + os.sep in r or r.endswith(f"{os.sep}aotcombo{os.sep}"))
+    tools = _versioned_packages()
     found, seen = None, exc
     while seen is not None:
         for frame in traceback.extract_tb(seen.__traceback__):
