@@ -68,10 +68,11 @@ NEEDS = {
     "qwen2": "transformers", "t5_encoder": "transformers", "whisper_encoder": "transformers",
     "vit_tiny": "timm", "swin": "timm", "convnext": "timm",
     "resnet50": "torchvision", "mobilenet_v3_small": "torchvision", "efficientnet_b0": "torchvision",
+    "diffusers_unet": "diffusers", "diffusers_vae_decoder": "diffusers",
     "unet_stage": None, "moe": None, "dlrm": None, "llama_block": None,
 }
 # Built and run under the interpreter in the default test run: about 15 s each on 2 cores.
-FAST = ("llama_block", "moe", "dlrm", "bert")
+FAST = ("llama_block", "moe", "dlrm", "bert", "diffusers_vae_decoder")
 WHEEL_BUDGET = 25 * 2**20  # bytes per wheel (sm_90 only); the whole zoo fits about 100 MB
 
 
