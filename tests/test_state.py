@@ -249,3 +249,27 @@ def test_transformers_static_cache_decode_steps(family, steps, tmp_path):
     with torch.no_grad():
         whole = eager.exportable.model(torch.cat(tokens, 1), use_cache=False).logits[:, -1:]
     assert _relative(ref, whole) <= 1e-5
+
+
+class HalfUsed(nn.Module):
+    """Parameters forward never reads (a VAE's encoder when only decode is traced) beside
+    ones it does."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.used, self.unused = nn.Linear(D, D), nn.Linear(D, D)
+        self.register_buffer("scale", torch.full((D,), 2.0))
+
+    def forward(self, x):
+        return self.used(x) * self.scale
+
+
+def test_weights_forward_never_reads_are_not_packaged(tmp_path):
+    model = HalfUsed().eval()
+    result = build_package(model, (torch.randn(4, D),), arch=["sm_90"], name="half", out=tmp_path, cache=False)
+    names = {t.name for t in result.manifest.weights.tensors}
+    assert {"used.weight", "used.bias", "scale"} <= names and not any(n.startswith("unused.") for n in names)
+    x = torch.randn(4, D, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(interpret.run_variant(result, 0, [x]), model(x), rtol=1e-5, atol=1e-5)

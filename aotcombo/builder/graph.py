@@ -226,6 +226,22 @@ def kernel_only_inputs(graph: Graph) -> frozenset[str]:
     return frozenset(name for name in owner.values() if name not in touched)
 
 
+def without_unread_weights(graph: Graph) -> Graph:
+    """``graph`` without the weight inputs nothing reads (no op, output or state): parameters
+    of the model that its forward never uses, such as a VAE's encoder when only ``decode`` is
+    traced; the package would carry them for nothing."""
+    read = set(graph.outputs) | {name for name, _ in graph.mutations}
+    for op in graph.ops:
+        if isinstance(op, (View, GetItem)):
+            read.add(op.base)
+        elif isinstance(op, Extern):
+            read.update(refs_in((op.args, op.kwargs)))
+        elif isinstance(op, (Launch, Scalar)):
+            read.update(refs_in(op.args))
+    kept = tuple(i for i in graph.inputs if i.kind != "weight" or i.name in read or i.key in graph.state)
+    return graph if len(kept) == len(graph.inputs) else replace(graph, inputs=kept)
+
+
 def refs_in(value: Any) -> list[str]:
     """Names of every ``Ref`` inside a (nested) argument value."""
     if isinstance(value, Ref):

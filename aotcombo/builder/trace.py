@@ -88,9 +88,10 @@ def _fits(graph, inputs, weights) -> bool:
 
 
 def _lowered(graph: g.Graph) -> g.Graph:
-    """The traced graph with the calls aotcombo makes its own kernels for replaced by them
-    (after the cache: the cached trace is what Inductor made)."""
-    return decode_attention.lower(fused_linear_kernels.lower(graph))
+    """The traced graph with the calls aotcombo makes its own kernels for replaced by them,
+    and without the weights nothing reads (after the cache: the cached trace is what
+    Inductor made)."""
+    return g.without_unread_weights(decode_attention.lower(fused_linear_kernels.lower(graph)))
 
 
 def trace_keys(model, inputs, archs, cache, model_file, reporter, dynamic: Dynamic | None = None) -> dict:
