@@ -16,8 +16,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def sample():
-    spec = importlib.util.spec_from_file_location("llm_decode_sample", ROOT / "sample_models" / "llm_decode.py")
+def sample(name: str = "llm_decode"):
+    """The model file ``sample_models/<name>.py`` as a module (it shares its package's name)."""
+    spec = importlib.util.spec_from_file_location(f"{name}_sample", ROOT / "sample_models" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

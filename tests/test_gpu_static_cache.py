@@ -3,31 +3,25 @@
 TorchExportableModuleWithStaticCache, float32) against eager float32 on the CPU, over 8 decode
 steps from an empty cache on fresh random tokens, in graph mode and op by op: the logits at
 every step and the cache tensors after the last within 1e-4 in relative L2 (float32 kernels;
-the fused linears' products are tf32x3, ~1e-7), the state's lengths exact.
+the step's linears one-row GEMVs with exact float32 products), the state's lengths exact.
 
     aotcombo build sample_models/llama_static_cache.py --name llama_static_cache --arch sm_90
 """
-
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
 
 from gpu_support import import_package
+from llm_support import sample
 from zoo_support import relative_error
 
 pytestmark = pytest.mark.gpu
-SAMPLE = Path(__file__).resolve().parents[1] / "sample_models" / "llama_static_cache.py"
 STEPS, TOLERANCE = 8, 1e-4
 
 
 def _sample():
     pytest.importorskip("transformers")
-    spec = importlib.util.spec_from_file_location("llama_static_cache_sample", SAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return sample("llama_static_cache")
 
 
 def _logits(out) -> torch.Tensor:

@@ -201,14 +201,9 @@ def _relative(got, ref):
 
 
 def _static_cache_sample():
-    import importlib.util
-    from pathlib import Path
+    from llm_support import sample
 
-    path = Path(__file__).resolve().parents[1] / "sample_models" / "llama_static_cache.py"
-    spec = importlib.util.spec_from_file_location("llama_static_cache_sample", path)
-    sample = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sample)
-    return sample
+    return sample("llama_static_cache")
 
 
 @pytest.mark.parametrize("family, steps", [("llama", 3)] + [

@@ -1112,8 +1112,8 @@ def _refuse_other_libraries_ops(graph: g.Graph, exported: torch.fx.GraphModule) 
     torchvision's, a user's extension): a package runs with torch alone, where that op is not
     registered. Names the op and, from the exported graph, the model's line that calls it."""
     for op in graph.ops:
-        namespace = op.op.partition("::")[0] if isinstance(op, g.Extern) else "aten"
-        if namespace in PACKAGED_NAMESPACES:
+        namespace = op.op.partition("::")[0] if isinstance(op, g.Extern) else None
+        if namespace is None or namespace in PACKAGED_NAMESPACES:
             continue
         node = next((n for n in exported.graph.nodes if isinstance(n.target, torch._ops.OpOverload)
                      and _op_name(n.target) == op.op), None)

@@ -65,15 +65,20 @@ def is_user_file(file: str | os.PathLike | None) -> bool:
     return code_kind(os.fspath(file) if file is not None else None) == USER and not os.fspath(file).startswith("<")
 
 
-def user_frame(exc: BaseException) -> traceback.FrameSummary | None:
-    """The innermost frame of user code in ``exc``, its causes and contexts."""
+def _innermost_frame(exc: BaseException, wanted) -> traceback.FrameSummary | None:
+    """The innermost frame of ``exc``, its causes and contexts whose file ``wanted(path)``."""
     found, seen = None, exc
     while seen is not None:
         for frame in traceback.extract_tb(seen.__traceback__):
-            if frame.filename and is_user_file(frame.filename):
+            if frame.filename and wanted(frame.filename):
                 found = frame
         seen = seen.__cause__ or seen.__context__
     return found
+
+
+def user_frame(exc: BaseException) -> traceback.FrameSummary | None:
+    """The innermost frame of user code in ``exc``, its causes and contexts."""
+    return _innermost_frame(exc, is_user_file)
 
 
 def where(exc: BaseException) -> str:
@@ -89,15 +94,7 @@ def library_where(exc: BaseException) -> str:
     frame of an installed package other than torch, triton and aotcombo in ``exc``, its causes
     and contexts, or "": where a model that is all library code (a transformers model passed
     as it is) failed, when ``where`` finds no user code."""
-    tools = _versioned_packages()
-    found, seen = None, exc
-    while seen is not None:
-        for frame in traceback.extract_tb(seen.__traceback__):
-            path = os.path.realpath(frame.filename or "")
-            parts = path.split(os.sep)
-            if ("site-packages" in parts or "dist-packages" in parts) and not path.startswith(tools):
-                found = frame
-        seen = seen.__cause__ or seen.__context__
+    found = _innermost_frame(exc, lambda file: code_kind(file) == THIRD_PARTY)
     if found is None:
         return ""
     parts = os.path.realpath(found.filename).split(os.sep)
