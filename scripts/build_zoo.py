@@ -33,12 +33,12 @@ def inductor_combo_launches(model, inputs, arch: int) -> int:
     return sum(isinstance(op, (g.Launch, g.Extern)) for op in graph.ops)
 
 
-def build_one(name: str, out: Path, arch: str) -> dict:
+def build_one(name: str, out: Path, arch: str, pdl: bool = True) -> dict:
     module = model_file(name)
     model, inputs = module.get_model().eval(), tuple(module.get_example_inputs())
     start = time.perf_counter()
     try:
-        result = build_package(model, inputs, arch=[arch], name=package_name(name), out=out, jobs=2)
+        result = build_package(model, inputs, arch=[arch], name=package_name(name), out=out, jobs=2, pdl=pdl)
     except BuildError as exc:
         return {"model": name, "error": f"{exc.title}: {exc}"}
     seconds = time.perf_counter() - start
@@ -61,13 +61,14 @@ def main() -> None:
     parser.add_argument("models", nargs="*", default=list(ZOO))
     parser.add_argument("--out", default=str(ROOT / ".carry" / "zoo"))
     parser.add_argument("--arch", default="sm_90")
+    parser.add_argument("--no-pdl", action="store_true", help="build without programmatic dependent launch (an A/B)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     record = out / "zoo_build.json"
     rows = {r["model"]: r for r in json.loads(record.read_text())} if record.exists() else {}
     for name in args.models:
-        rows[name] = build_one(name, out, args.arch)
+        rows[name] = build_one(name, out, args.arch, pdl=not args.no_pdl)
         print(json.dumps(rows[name]), flush=True)
         record.write_text(json.dumps(sorted(rows.values(), key=lambda r: r["model"]), indent=1) + "\n")
     failed = [r["model"] for r in rows.values() if "error" in r]

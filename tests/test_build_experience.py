@@ -190,6 +190,7 @@ def test_manifest_has_what_inspect_needs_and_what_the_runtime_reads(builds):
         for k in variant.kernels:
             assert isinstance(k.registers, int) and k.registers > 0
             assert k.local_bytes == 0 and isinstance(k.level, int)
+            assert k.pdl  # sm_90 (and its PTX): launched early, waiting on the GPU for the kernel before
             assert k.subs and all(b.programs >= 1 and b.block for b in k.subs)
 
 
@@ -386,8 +387,9 @@ def _jobs(builds) -> list:
     variant = builds[0].variants[0]
     combo = variant.plan.combos[0]
     signature, aligned = codegen.combo_signature(combo)
-    return [compiler.Job(f"sm_{arch}/{combo.name}", variant.sources[combo.name], combo.name,
-                         tuple(signature.items()), tuple(aligned), arch, combo.num_warps) for arch in (80, 86, 89, 90)]
+    return [compiler.Job(f"sm_{arch}/{combo.name}", codegen.render_combo(combo, pdl=arch >= codegen.PDL_MIN_ARCH),
+                         combo.name, tuple(signature.items()), tuple(aligned), arch, combo.num_warps)
+            for arch in (80, 86, 89, 90)]
 
 
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])

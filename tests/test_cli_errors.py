@@ -248,8 +248,8 @@ def get_example_inputs():
 
 
 def _broken(render):
-    def render_combo(combo):
-        source = render(combo)
+    def render_combo(combo, **options):
+        source = render(combo, **options)
         # A statement Triton rejects: arange needs a power-of-two range.
         return source.replace("    pid = tl.program_id(0)\n", "    pid = tl.program_id(0)\n    _bad = tl.arange(0, 3)\n", 1)
 

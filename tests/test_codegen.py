@@ -1,11 +1,12 @@
 """Rendering from the Jinja templates: combo kernels and the package program."""
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from aotcombo.builder import codegen, graph as g
+from aotcombo.builder import codegen, compiler, graph as g
 from aotcombo.builder.plan import make_plan
 
 from test_plan import Builder, pointwise, reduction
@@ -167,3 +168,22 @@ def test_installed_copy_finds_its_templates(tmp_path):
     module_file, templates, rendered = run.stdout.split()
     assert (Path(templates) / "combo_kernel.py.j2").is_file()
     assert int(rendered) > 0
+
+
+def test_pdl_waits_first_and_only_on_hopper_and_later():
+    """With programmatic dependent launch the combo kernel waits for the kernel before it
+    before anything else it does (griddepcontrol.wait), then lets the next one launch; the
+    compiled binary says so (the runtime sets the launch attribute from it). sm_80 has no
+    griddepcontrol: the pipeline renders pdl only from sm_90 on."""
+    combo = two_kernel_plan().combos[0]
+    plain, waiting = codegen.render_combo(combo), codegen.render_combo(combo, pdl=True)
+    assert "gdc_" not in plain
+    body = waiting.split("def combo_0")[1].splitlines()
+    assert [line.strip() for line in body[1:6] if not line.strip().startswith("#")] == [
+        "pid = tl.program_id(0)", "tl.extra.cuda.gdc_wait()", "tl.extra.cuda.gdc_launch_dependents()"]
+    assert codegen.PDL_MIN_ARCH == 90
+    signature, aligned = codegen.combo_signature(combo)
+    job = compiler.Job("sm_90/combo_0", waiting, "combo_0", tuple(signature.items()), tuple(aligned), 90,
+                       combo.num_warps)
+    assert compiler.run_job(job).pdl
+    assert not compiler.run_job(dataclasses.replace(job, source=plain)).pdl

@@ -35,7 +35,7 @@ class FakeDriver:
     an untyped ctypes function pointer, as cuda._Driver's is."""
 
     def __init__(self, count: int, result: int = 0):
-        self.calls, self.result, self.count = [], result, count
+        self.calls, self.attributes, self.result, self.count = [], [], result, count
         self._callback = LAUNCH_EX(self._launch_ex)
         self.launch = ctypes.PYFUNCTYPE(c_int)(ctypes.cast(self._callback, c_void_p).value)
         self.launch.argtypes, self.launch.__name__ = None, "cuLaunchKernelEx"
@@ -46,7 +46,8 @@ class FakeDriver:
 
     def _launch_ex(self, config, function, params, extra):
         c = config.contents
-        assert c.attrs is None and c.num_attrs == 0
+        attributes = ctypes.cast(c.attrs, POINTER(cuda.LaunchAttribute))
+        self.attributes.append([(attributes[i].id, attributes[i].value[0] & 0xFFFFFFFF) for i in range(c.num_attrs)])
         values = [ctypes.cast(params[i], POINTER(c_uint64))[0] for i in range(self.count)]
         self.calls.append((function, tuple(c.grid), tuple(c.block), c.shared, c.stream or 0, values, extra))
         return self.result
@@ -59,14 +60,14 @@ class FakeDriver:
 def _kernel(driver, n=3, params=None):
     kernel = object.__new__(cuda.Kernel)  # no GPU: the fields bind() and the launchers read
     kernel.driver, kernel.function, kernel.grid, kernel.block, kernel.shared = driver, 0xF00D, (7, 2, 1), 128, 4096
-    kernel.params = tuple(params or ["ptr"] * n)
+    kernel.params, kernel.pdl = tuple(params or ["ptr"] * n), False
     return kernel
 
 
 def _launcher(ext, driver, kinds=b"ppp", tail=(), pointer_of=torch.Tensor.data_ptr, on_error=None, keep=None,
-              grid=(1, 1, 1), shared=0, stream=0, function=1):
+              grid=(1, 1, 1), shared=0, stream=0, function=1, pdl=False):
     return ext.launcher(driver.address, function, grid, (32, 1, 1), shared, stream, tail, pointer_of,
-                        on_error or driver.check, keep, kinds)
+                        on_error or driver.check, keep, kinds, pdl)
 
 
 # --- the build ---------------------------------------------------------------------------
@@ -119,7 +120,7 @@ def test_native_off_by_environment_is_silent(monkeypatch, capsys):
 def test_driver_gets_grid_block_stream_and_arguments(ext):
     driver = FakeDriver(count=5)
     launch = ext.launcher(driver.address, 0xBEEF, (4, 5, 6), (64, 1, 1), 1024, 0xABC, (111, 222), int,
-                          driver.check, None, b"ppp")
+                          driver.check, None, b"ppp", False)
     assert launch(10, 20, 2**64 - 1) is None
     assert driver.calls == [(0xBEEF, (4, 5, 6), (64, 1, 1), 1024, 0xABC, [10, 20, 2**64 - 1, 111, 222], None)]
 
@@ -154,11 +155,11 @@ def test_argument_count_and_type_errors(ext):
         _launcher(ext, driver, b"pi")(torch.ones(1), torch.ones(1))  # a tensor where an integer goes
     assert driver.calls == []
     with pytest.raises(TypeError):
-        ext.launcher(driver.address, 1, (1, 1), (32, 1, 1), 0, 0, (), int, driver.check, None, b"pp")
+        ext.launcher(driver.address, 1, (1, 1), (32, 1, 1), 0, 0, (), int, driver.check, None, b"pp", False)
     with pytest.raises(ValueError, match="unknown parameter kind x"):
         _launcher(ext, driver, b"px")
     with pytest.raises(ValueError):
-        ext.launcher(0, 1, (1, 1, 1), (32, 1, 1), 0, 0, (), int, driver.check, None, b"pp")
+        ext.launcher(0, 1, (1, 1, 1), (32, 1, 1), 0, 0, (), int, driver.check, None, b"pp", False)
 
 
 def test_pointer_of_errors_and_overflow_propagate(ext):
@@ -238,3 +239,20 @@ def test_runtime_launchers_agree(ext, monkeypatch, params, args):
         errors[name + " count"] = str(info.value)
     assert errors["c"] == errors["ctypes"] == "cuLaunchKernelEx failed: CUDA_ERROR_719: stand-in"
     assert errors["c count"] == errors["ctypes count"] == f"kernel takes {len(params)} arguments, got 2"
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+def test_programmatic_launch_attribute(ext, monkeypatch, pdl):
+    """A kernel that waits for the one before it (griddepcontrol.wait) is launched with
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (6) set to 1, by both launchers;
+    any other kernel with no attribute at all."""
+    monkeypatch.setattr(cuda, "_launch", ext)
+    driver = FakeDriver(count=3)
+    kernel = _kernel(driver, n=1)
+    kernel.pdl = pdl
+    tensor = torch.randn(4)
+    for make in (cuda.native_launcher, cuda.ctypes_launcher):
+        make(kernel, 0, [0, 0], None)(tensor)
+    expected = [(cuda.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, 1)] if pdl else []
+    assert driver.attributes == [expected, expected]
+    assert driver.calls[0][:6] == driver.calls[1][:6]

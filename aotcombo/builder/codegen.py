@@ -25,6 +25,7 @@ _PROGRAM_ID = re.compile(r"tl\.program_id\((\d)\)")
 _NUM_PROGRAMS = re.compile(r"tl\.num_programs\((\d)\)")
 _DEF_NAME = re.compile(r"^def (\w+)\(", re.M)
 _AXES = ("pid_x", "pid_y", "pid_z")
+PDL_MIN_ARCH = 90  # griddepcontrol (programmatic dependent launch): Hopper and later
 
 
 def templates_dir() -> Path:
@@ -192,7 +193,9 @@ def _dispatch(combo: Combo) -> tuple[list[str], list[dict]]:
     return setup, subs
 
 
-def render_combo(combo: Combo) -> str:
+def render_combo(combo: Combo, pdl: bool = False) -> str:
+    """The combo kernel's module; ``pdl``: the kernel waits for the one launched before it
+    (programmatic dependent launch, sm_90 and later: the runtime launches it early)."""
     helpers = list(dict.fromkeys(helper_source(s) for s in combo.subs))
     setup, subs = _dispatch(combo)
     return render(
@@ -204,6 +207,7 @@ def render_combo(combo: Combo) -> str:
         setup=setup,
         subs=subs,
         prelude=KERNEL_PRELUDE,
+        pdl=pdl,
     )
 
 

@@ -56,6 +56,7 @@ class Binary:
     registers: int | None = None  # per thread, from cuobjdump (None: not known)
     spills: int | None = None  # bytes of local memory per thread (register spills, local arrays)
     stack: int | None = None  # bytes of stack per thread
+    pdl: bool = False  # it waits for the kernel before it (griddepcontrol): launch it early
 
     def to_entry(self) -> dict:
         entry = dataclasses.asdict(self)
@@ -182,6 +183,7 @@ def run_job(job: Job, triton_cache_dir: str | None = None) -> Binary:
         registers=usage.get("registers"),
         spills=usage.get("local"),
         stack=usage.get("stack"),
+        pdl="griddepcontrol.wait" in compiled.asm["ptx"],
     )
 
 

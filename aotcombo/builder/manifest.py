@@ -77,7 +77,7 @@ def _kernel(combo, binary, image: str, sha256: str) -> m.Kernel:
                     dynamic_grid=combo.dynamic, num_warps=binary.num_warps, shared=binary.shared, params=params,
                     global_scratch=binary.global_scratch, profile_scratch=binary.profile_scratch,
                     dispatch=combo.dispatch, level=combo.level, subs=subs, registers=binary.registers,
-                    local_bytes=binary.spills, stack_bytes=binary.stack)
+                    local_bytes=binary.spills, stack_bytes=binary.stack, pdl=binary.pdl)
 
 
 def _schedule(plan: Plan) -> tuple[m.Step, ...]:

@@ -37,12 +37,13 @@ class BuildOptions:
     jobs: int | None = None  # kernels compiled at once (None: the CPUs available)
     native: bool | None = None  # the C launcher: None (if a compiler is here), True, False
     weights: str = "packaged"  # "packaged" in the wheel, or "external": given to load(weights=...)
+    pdl: bool = True  # programmatic dependent launch on sm_90 and later
 
     @classmethod
     def checked(cls, *, arch: Sequence[str | int] | str = DEFAULT_ARCHS, name: str = "model",
                 out: str | Path = "dist", version: str = "0.1.0", dispatch: str = "sequential",
                 shapes: ShapeMode | None = None, cache=True, jobs: int | None = None,
-                native: bool | None = None, weights: str = "packaged") -> BuildOptions:
+                native: bool | None = None, weights: str = "packaged", pdl: bool = True) -> BuildOptions:
         if dispatch not in DISPATCHES:
             raise UsageError(f"unknown dispatch {dispatch!r}", fix=f"choose among {', '.join(DISPATCHES)}")
         if weights not in WEIGHTS:
@@ -51,7 +52,7 @@ class BuildOptions:
             raise UsageError(f"--jobs {jobs}: need at least 1", fix="pass --jobs 1 to compile in this process only")
         return cls(archs=parse_archs(arch), name=check_name(name), out=check_out_dir(out),
                    version=check_version(version), dispatch=dispatch, shapes=check_shapes(shapes or Static()),
-                   cache=cache, jobs=jobs, native=native, weights=weights)
+                   cache=cache, jobs=jobs, native=native, weights=weights, pdl=bool(pdl))
 
 
 # --- archs ----------------------------------------------------------------------------------

@@ -91,7 +91,8 @@ def build_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]
                 if program not in checked:
                     check_on_meta(program, traced.graph, f"{options.name}_b{batch}_sm{arch}")
                     checked.add(program)
-                variant = Variant(arch, batch, plan, program, {c.name: codegen.render_combo(c) for c in plan.combos},
+                pdl = options.pdl and arch >= codegen.PDL_MIN_ARCH
+                variant = Variant(arch, batch, plan, program, {c.name: codegen.render_combo(c, pdl=pdl) for c in plan.combos},
                                   trace_cached=traced.cached)
                 variants.append(variant)
                 for combo in plan.combos:

@@ -4,7 +4,7 @@
    every later Python. No CUDA header and no link to libcuda: Python hands over the address of
    cuLaunchKernelEx from its ctypes handle of the driver.
 
-   launcher(driver_fn, function, grid, block, shared, stream, tail, pointer_of, on_error, keep, kinds)
+   launcher(driver_fn, function, grid, block, shared, stream, tail, pointer_of, on_error, keep, kinds, pdl)
    returns ``launch(*args)``, a builtin function bound to a Launcher holding the whole launch but
    the arguments. ``kinds`` (bytes, one per parameter) says how each argument is passed: b"p" a
    tensor, whose ``pointer_of(t)`` (torch.Tensor.data_ptr) is passed; b"i" a Python int, passed
@@ -13,7 +13,9 @@
    scratch) follow. The parameter values live on the C stack of the call, so concurrent calls of
    one launcher never share them. A wrong argument count raises TypeError; a failed launch calls
    ``on_error(CUresult)``, which raises the driver's error (RuntimeError if it returns). ``keep``
-   is held for the launcher's lifetime (buffers whose addresses the launch uses). */
+   is held for the launcher's lifetime (buffers whose addresses the launch uses). ``pdl`` true:
+   the launch carries CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (the kernel waits
+   for the one before it itself: griddepcontrol.wait). */
 #define Py_LIMITED_API 0x030A0000
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -29,12 +31,21 @@ typedef struct { /* CUlaunchConfig, as cuda.h declares it */
     unsigned int num_attrs;
 } LaunchConfig;
 
+typedef struct { /* CUlaunchAttribute, as cuda.h declares it: an id, padding, a 64-byte union */
+    unsigned int id;
+    char pad[4];
+    uint64_t value[8];
+} LaunchAttribute;
+
+#define CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION 6
+
 typedef int (*LaunchExFn)(const LaunchConfig *config, void *function, void **params, void **extra);
 
 typedef struct {
     PyObject_HEAD
     void *driver_fn, *function;
     LaunchConfig config;
+    LaunchAttribute pdl; /* config.attrs points here when the launch is programmatic */
     Py_ssize_t n, n_tail;
     uint64_t tail[MAX_TAIL];
     PyObject *pointer_of, *on_error, *keep, *kinds;
@@ -102,9 +113,10 @@ static PyObject *new_launcher(PyObject *module, PyObject *args) {
     unsigned long long driver_fn, function, stream;
     unsigned int grid[3], block[3], shared;
     PyObject *tail, *pointer_of, *on_error, *keep, *kinds;
-    if (!PyArg_ParseTuple(args, "KK(III)(III)IKO!OOOO!:launcher", &driver_fn, &function, &grid[0], &grid[1],
+    int pdl;
+    if (!PyArg_ParseTuple(args, "KK(III)(III)IKO!OOOO!p:launcher", &driver_fn, &function, &grid[0], &grid[1],
                           &grid[2], &block[0], &block[1], &block[2], &shared, &stream, &PyTuple_Type, &tail,
-                          &pointer_of, &on_error, &keep, &PyBytes_Type, &kinds))
+                          &pointer_of, &on_error, &keep, &PyBytes_Type, &kinds, &pdl))
         return NULL;
     Py_ssize_t n = PyBytes_Size(kinds), n_tail = PyTuple_Size(tail);
     const char *kind = PyBytes_AsString(kinds);
@@ -130,6 +142,13 @@ static PyObject *new_launcher(PyObject *module, PyObject *args) {
     LaunchConfig config = {{grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, shared,
                            (void *)(uintptr_t)stream, NULL, 0};
     self->config = config;
+    memset(&self->pdl, 0, sizeof self->pdl);
+    if (pdl) {
+        self->pdl.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        self->pdl.value[0] = 1; /* programmaticStreamSerializationAllowed, an int: little-endian */
+        self->config.attrs = &self->pdl;
+        self->config.num_attrs = 1;
+    }
     self->n = n;
     self->n_tail = n_tail;
     memcpy(self->tail, tail_values, sizeof tail_values);
@@ -157,7 +176,7 @@ static PyType_Spec launcher_spec = {"_launch.Launcher", sizeof(Launcher), 0, Py_
 
 static PyMethodDef methods[] = {
     {"launcher", new_launcher, METH_VARARGS,
-     "launcher(driver_fn, function, grid, block, shared, stream, tail, pointer_of, on_error, keep, kinds)"
+     "launcher(driver_fn, function, grid, block, shared, stream, tail, pointer_of, on_error, keep, kinds, pdl)"
      " -> launch"},
     {NULL, NULL, 0, NULL}};
 

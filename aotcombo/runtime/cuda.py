@@ -27,6 +27,7 @@ from ctypes import POINTER, byref, c_char_p, c_int, c_uint, c_void_p
 import torch
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
 LIBRARY = "libcuda.so.1"
 
 # The functions used, with their argument types; each returns a CUresult. None has a
@@ -59,6 +60,21 @@ class LaunchConfig(ctypes.Structure):
 
     _fields_ = [("grid", c_uint * 3), ("block", c_uint * 3), ("shared", c_uint), ("stream", c_void_p),
                 ("attrs", c_void_p), ("num_attrs", c_uint)]
+
+
+class LaunchAttribute(ctypes.Structure):
+    """CUlaunchAttribute: an id and a 64-byte union of values (8-byte aligned)."""
+
+    _fields_ = [("id", c_int), ("value", ctypes.c_uint64 * 8)]
+
+
+def programmatic() -> LaunchAttribute:
+    """The attribute of a programmatic dependent launch (PDL, sm_90 and later): the kernel may
+    start while the one before it on the stream runs, and waits for it itself
+    (griddepcontrol.wait, which the build put at its top)."""
+    attribute = LaunchAttribute(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+    attribute.value[0] = 1  # programmaticStreamSerializationAllowed, an int: little-endian
+    return attribute
 
 
 class CudaError(RuntimeError):
@@ -169,13 +185,13 @@ class Kernel:
     """
 
     def __init__(self, function: int, grid, num_warps: int, shared: int, params,
-                 global_scratch=(0, 1), profile_scratch=(0, 1), device="cuda"):
+                 global_scratch=(0, 1), profile_scratch=(0, 1), device="cuda", pdl: bool = False):
         self.driver = _driver()
         unknown = [k for k in params if k not in PARAMS]
         if unknown:
             raise ValueError(f"unknown kernel parameter kind {unknown[0]!r}; known: {', '.join(PARAMS)}")
         self.function, self.grid, self.block, self.shared = function, tuple(grid), 32 * num_warps, shared
-        self.params = tuple(params)
+        self.params, self.pdl = tuple(params), pdl
         blocks = grid[0] * grid[1] * grid[2]
         self.scratch = [(size * blocks, align) for size, align in (global_scratch, profile_scratch)]
         self.device = torch.device(device)
@@ -198,8 +214,13 @@ class Kernel:
         return launcher(self, stream, pointers, buffers)
 
 
-def _config(kernel: Kernel, stream: int) -> LaunchConfig:
-    return LaunchConfig(kernel.grid, (kernel.block, 1, 1), kernel.shared, stream, None, 0)
+def _config(kernel: Kernel, stream: int) -> tuple[LaunchConfig, object]:
+    """The launch's config, and the attribute it points at (keep it alive as long)."""
+    if not kernel.pdl:
+        return LaunchConfig(kernel.grid, (kernel.block, 1, 1), kernel.shared, stream, None, 0), None
+    attribute = programmatic()
+    return LaunchConfig(kernel.grid, (kernel.block, 1, 1), kernel.shared, stream, ctypes.addressof(attribute), 1), \
+        attribute
 
 
 def ctypes_launcher(kernel: Kernel, stream: int, scratch: list[int], keep_alive):
@@ -209,7 +230,7 @@ def ctypes_launcher(kernel: Kernel, stream: int, scratch: list[int], keep_alive)
     pack = struct.Struct("<" + "".join(PARAMS[k][0] for k in kernel.params)).pack_into
     storage = (ctypes.c_uint64 * (n + 2))(*[0] * n, *scratch)
     argv = (c_void_p * (n + 2))(*[ctypes.addressof(storage) + 8 * i for i in range(n + 2)])
-    config = _config(kernel, stream)
+    config, attribute = _config(kernel, stream)
     cu_launch, driver = kernel.driver.launch, kernel.driver
     head = (c_void_p(ctypes.addressof(config)), c_void_p(kernel.function), argv, None)
     tensor, data_ptr = torch.Tensor, torch.Tensor.data_ptr
@@ -228,7 +249,7 @@ def ctypes_launcher(kernel: Kernel, stream: int, scratch: list[int], keep_alive)
         if result:
             driver.check("cuLaunchKernelEx", result)
 
-    launch.keep_alive = (storage, argv, config, keep_alive)  # the call holds bare addresses
+    launch.keep_alive = (storage, argv, config, attribute, keep_alive)  # the call holds bare addresses
     return launch
 
 
@@ -238,7 +259,7 @@ def native_launcher(kernel: Kernel, stream: int, scratch: list[int], keep_alive)
     kinds = "".join(PARAMS[k][1] for k in kernel.params).encode()
     return _launch.launcher(ctypes.cast(driver.launch, c_void_p).value, kernel.function, kernel.grid,
                             (kernel.block, 1, 1), kernel.shared, stream, tuple(scratch), torch.Tensor.data_ptr,
-                            functools.partial(driver.check, "cuLaunchKernelEx"), keep_alive, kinds)
+                            functools.partial(driver.check, "cuLaunchKernelEx"), keep_alive, kinds, kernel.pdl)
 
 
 try:

@@ -332,7 +332,7 @@ class Package:
             except (OSError, cuda.CudaError) as e:
                 raise cuda.CudaError(f"{path}: {e}") from None
         kernel = cuda.Kernel(cuda.get_function(dev.modules[k.image], k.function), k.grid, k.num_warps, k.shared,
-                             k.params, k.global_scratch, k.profile_scratch, dev.device)
+                             k.params, k.global_scratch, k.profile_scratch, dev.device, pdl=k.pdl)
         return GridPerCall(kernel) if k.dynamic_grid else kernel
 
 

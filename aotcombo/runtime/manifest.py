@@ -127,6 +127,7 @@ class Kernel:
     registers: Union[int, None] = None
     local_bytes: Union[int, None] = None
     stack_bytes: Union[int, None] = None
+    pdl: bool = False  # launched with programmatic stream serialization: it waits for the kernel before it
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,10 @@ def _parser() -> argparse.ArgumentParser:
                        "and load(weights=model.state_dict()) gives them (for weights too large to ship in a wheel)")
     build.add_argument("--no-cache", action="store_true",
                        help="do not read or write the build cache (see below)")
+    build.add_argument("--no-pdl", action="store_true",
+                       help="launch every kernel after the one before it has finished; by default, on sm_90 and "
+                       "later, a kernel is launched while the one before it runs and waits for it on the GPU "
+                       "(programmatic dependent launch), hiding most of the gap between them")
     build.add_argument("--no-native", action="store_true",
                        help="leave the C launcher out: the package launches kernels through ctypes (see below)")
     build.add_argument("-j", "--jobs", type=int, metavar="N",
@@ -167,7 +171,7 @@ def _options(args, options_mod):
     return options_mod.BuildOptions.checked(
         arch=args.arch, name=args.name or Path(args.model_file).stem.replace("-", "_"), out=args.out,
         version=args.package_version, dispatch=args.dispatch, shapes=shapes, cache=not args.no_cache, jobs=args.jobs,
-        native=False if args.no_native else None, weights=args.weights)
+        native=False if args.no_native else None, weights=args.weights, pdl=not args.no_pdl)
 
 
 def _build(args, reporter) -> int:

@@ -131,7 +131,7 @@ def inspect_package(target: str | Path) -> dict:
                 {
                     "name": k.name, "level": k.level, "grid": list(k.grid), "num_warps": k.num_warps,
                     "registers": k.registers, "local_bytes": k.local_bytes, "shared_bytes": k.shared,
-                    "dispatch": k.dispatch, "image": k.image,
+                    "dispatch": k.dispatch, "image": k.image, "pdl": k.pdl,
                     "sub_kernels": [dataclasses.asdict(sub) for sub in k.subs],
                 }
                 for k in variant.kernels
@@ -227,8 +227,10 @@ def format_text(info: dict, arch: str | None = None) -> str:
             lines += ["", f"ptx: the {info['ptx_arch']} kernels as PTX ({_mb(variant['image_bytes'])}), JIT-compiled by the "
                           f"driver on GPUs that no cubin fits; program {variant['program']}.py"]
             continue
+        early = sum(bool(c.get("pdl")) for c in variant["combos"])
         lines += ["", f"{key}: program {variant['program']}.py, {len(variant['combos'])} kernel images "
-                      f"({_mb(variant['image_bytes'])})"]
+                      f"({_mb(variant['image_bytes'])})"
+                      + (f"; {early} launched early, waiting on the GPU for the launch before (PDL)" if early else "")]
         lines.append(f"  {'level':>5}  {'launch':<10} {'grid':>8} {'warps':>5} {'regs':>5} {'local':>6} {'shared':>7}  "
                      "sub-kernels: kind, sizes, block sizes, programs, warps")
         combos = {c["name"]: c for c in variant["combos"]}
