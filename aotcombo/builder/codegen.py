@@ -26,6 +26,7 @@ _NUM_PROGRAMS = re.compile(r"tl\.num_programs\((\d)\)")
 _DEF_NAME = re.compile(r"^def (\w+)\(", re.M)
 _AXES = ("pid_x", "pid_y", "pid_z")
 PDL_MIN_ARCH = 90  # griddepcontrol (programmatic dependent launch): Hopper and later
+_PDL_CALLS = ("tl.extra.cuda.gdc_wait()", "tl.extra.cuda.gdc_launch_dependents()")
 
 
 def templates_dir() -> Path:
@@ -208,6 +209,7 @@ def render_combo(combo: Combo, pdl: bool = False) -> str:
         subs=subs,
         prelude=KERNEL_PRELUDE,
         pdl=pdl,
+        pdl_calls=_PDL_CALLS,
     )
 
 

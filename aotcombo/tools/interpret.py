@@ -117,6 +117,18 @@ def _interpretable_atomics() -> None:
     InterpreterBuilder.create_atomic_rmw = create_atomic_rmw
 
 
+def _interpretable_grid_dependency() -> None:
+    """An sm_90 kernel waits for the launch before it (``gdc_wait``) and lets the next start
+    (``gdc_launch_dependents``): the interpreter runs launches one after the other, so both
+    are nothing there (it has no implementation of them)."""
+    from triton.language.extra import cuda
+
+    def nothing(*args, **kwargs):
+        return None
+
+    cuda.gdc_wait = cuda.gdc_launch_dependents = nothing
+
+
 def _run_here(directory: Path) -> None:
     """The child process: load everything from ``directory``, run, save outputs."""
     from ..builder.check import load_program
@@ -124,6 +136,7 @@ def _run_here(directory: Path) -> None:
     _interpretable_libdevice()
     _interpretable_bfloat16()
     _interpretable_atomics()
+    _interpretable_grid_dependency()
     job = torch.load(directory / "job.pt", weights_only=False)
     kernels = []
     for name, source, grid in job["combos"]:
