@@ -912,3 +912,27 @@ def test_output_slots_are_reused_only_when_the_caller_let_go():
     assert int(view[0]) == 4 and float(y[0][0]) == 5
     held = [call(v) for v in range(6, 12)]  # the caller keeps every output: each call a new set
     assert [float(h[0][0]) for h in held] == list(range(6, 12)) and len(sets.slots) <= 2
+
+
+def test_a_held_slot_is_passed_over_at_its_first_tensor(monkeypatch):
+    """In ``y = m(x)`` the caller holds the last call's outputs while the next runs: that slot is
+    passed over at its first tensor's count, so only the free slot's counts are read; a slot
+    of which the caller keeps only a later tensor is still never reused."""
+    from aotcombo.runtime import outputs
+
+    sets = OutputSlots([torch.zeros(4), torch.zeros(3), torch.zeros(2)])
+    reads = []
+    counting = outputs._refcounts
+    monkeypatch.setattr(outputs, "_refcounts", lambda tensors: reads.append(1) or counting(tensors))
+    y = tuple(sets())
+    y = tuple(sets())
+    reads.clear()
+    for _ in range(4):
+        y = tuple(sets())
+    assert len(reads) == 4 and len(sets.slots) == 2  # one slot's counts read per call
+    last = y[2]
+    del y
+    z = tuple(sets())
+    assert z[2].data_ptr() != last.data_ptr()  # the slot holding ``last`` is not reused
+    w = tuple(sets())
+    assert w[2].data_ptr() != last.data_ptr() and w[2].data_ptr() != z[2].data_ptr()  # every slot held: a new set

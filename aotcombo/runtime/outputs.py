@@ -98,9 +98,14 @@ class OutputSlots:
 
     def free(self) -> int | None:
         """A slot the caller holds nothing of (a new one while there are fewer than ``keep``),
-        or None when the caller holds every slot."""
+        or None when the caller holds every slot. A slot is passed over at its first tensor
+        when the caller holds that one (as one holding the output tuple of ``y = m(x)`` does),
+        or at its storages' use counts (views), before every tensor's count is read."""
+        use_count = self._use_count
         for k, (flats, counts, uses) in enumerate(self._held):
-            if _refcounts(self.slots[k]) == counts and list(map(self._use_count, flats)) == uses:
+            tensors = self.slots[k]
+            if (not counts or _getrefcount(tensors[0]) == counts[0]) and list(map(use_count, flats)) == uses \
+                    and _refcounts(tensors) == counts:
                 return k
         if len(self.slots) >= self.keep:
             return None
@@ -134,5 +139,8 @@ def _no_overlap(t: torch.Tensor) -> bool:
     return True
 
 
+_getrefcount = sys.getrefcount
+
+
 def _refcounts(tensors: list) -> list[int]:
-    return list(map(sys.getrefcount, tensors))
+    return list(map(_getrefcount, tensors))
