@@ -3,6 +3,7 @@ capture whose "graph" runs the captured function at each replay, so which graph 
 takes, which slot it writes and what the caller gets back are all checked on the CPU.
 The GPU half is tests/test_gpu_call_path.py."""
 
+import pytest
 import torch
 
 from aotcombo.runtime.bound import MAX_GRAPHS, BoundGraphs, tensor_guard
@@ -18,14 +19,33 @@ class _Graph:
         self.fn()
 
 
-def _bound(mutates=False, places=False):
+def _layout(tensors):
+    return [(t.data_ptr(), t.shape, t.stride(), t.dtype) for t in tensors]
+
+
+class _FixedGraph(_Graph):
+    """A graph as CUDA's: it reads the addresses and layouts its inputs had when it was captured.
+    A replay after an input moved or changed layout would read stale memory: it fails the test."""
+
+    def __init__(self, fn, runs):
+        super().__init__(fn)
+        fn()  # the capture runs the forward once: ``runs`` records its inputs
+        self.inputs = runs[-1][1]
+        self.layout = _layout(self.inputs)
+
+    def replay(self):
+        assert _layout(self.inputs) == self.layout, "a graph replayed on inputs that moved or changed layout"
+        super().replay()
+
+
+def _bound(mutates=False, places=False, fixed=False):
     """A model ``y = 2 x + b`` (``b`` += 1 in place when ``mutates``; ``y`` written into the
     caller's tensor when ``places``), its static inputs and the BoundGraphs around it."""
     runs = []
 
     def run(inputs, out=None):
         x, b = inputs
-        runs.append(out)
+        runs.append((out, inputs))
         if mutates:
             b.add_(1)
         return (torch.add(x * 2, b, out=out[0]) if out is not None else x * 2 + b, None)
@@ -35,7 +55,7 @@ def _bound(mutates=False, places=False):
     captured = []
 
     def capture(fn):
-        captured.append(_Graph(fn))
+        captured.append(_FixedGraph(fn, runs) if fixed else _Graph(fn))
         return captured[-1]
 
     bound = BoundGraphs(run, static, [16, 16], slots, capture, tensor_guard(static), places)
@@ -65,9 +85,9 @@ def test_outputs_are_written_into_the_slot_where_the_program_can():
         x, b = torch.randn(4), torch.randn(4)
         bound.replay((x, b))
         y = bound.replay((x, b))[0]
-        assert torch.equal(y, x * 2 + b) and (runs[-1] is not None) is places
+        assert torch.equal(y, x * 2 + b) and (runs[-1][0] is not None) is places
         if places:
-            assert runs[-1][0] is y  # the program wrote the slot itself: nothing copied
+            assert runs[-1][0][0] is y  # the program wrote the slot itself: nothing copied
 
 
 def test_a_held_output_is_never_overwritten():
@@ -114,3 +134,61 @@ def test_at_most_max_graphs():
     assert len(captured) == len(bound) == MAX_GRAPHS
     y = bound.replay(inputs[-1])  # past the limit: the main graph's path
     assert y is None
+
+
+def _changes():
+    """In-place changes of a tensor's storage or layout: those that bump its version counter, and
+    ``.data =`` and ``swap_tensors``, which do not."""
+    yield "resize_ larger", lambda x: x.resize_(64)
+    yield "resize_ and back", lambda x: x.resize_(1 << 16).resize_(4)
+    yield "resize_ smaller", lambda x: x.resize_(2)
+    yield "set_ another storage", lambda x: x.set_(torch.randn(4))
+    yield "set_ the same storage, another layout", lambda x: x.set_(x.untyped_storage(), 0, (2, 2), (1, 2))
+    yield "as_strided_", lambda x: x.as_strided_((2,), (2,))
+    yield "unsqueeze_", lambda x: x.unsqueeze_(0)
+    yield ".data = another tensor", lambda x: setattr(x, "data", torch.randn(4))
+    yield ".data = a view of itself", lambda x: setattr(x, "data", x.view(2, 2))
+    yield ".data = another dtype", lambda x: setattr(x, "data", x.view(torch.int32))
+    yield "swap_tensors", lambda x: torch.utils.swap_tensors(x, torch.randn(4))
+
+
+@pytest.mark.parametrize("change", [c for _, c in _changes()], ids=[n for n, _ in _changes()])
+def test_inputs_changed_in_place_are_never_read_at_their_old_place(change):
+    """The same tensor objects, changed in place between calls: a call takes the main graph's
+    path or a graph bound to where and how they are now, never the graph of where they were
+    (nothing is skipped for the same objects: ``.data =`` and ``swap_tensors`` change a tensor
+    without its version counter)."""
+    bound, _, captured, _ = _bound(fixed=True)
+    x, b = torch.randn(4), torch.randn(4)
+    for _ in range(3):
+        y = bound.replay((x, b))
+    assert len(captured) == 1 and torch.equal(y[0], x * 2 + b)
+    change(x)
+    for _ in range(3):
+        if bound.accepts((x, b)):
+            y = bound.replay((x, b))
+            assert y is None or torch.equal(y[0], x * 2 + b)  # _FixedGraph fails a stale replay
+
+
+def test_normal_and_inference_tensors_alternate():
+    bound, _, captured, _ = _bound()
+    x, b = torch.randn(4), torch.randn(4)
+    with torch.inference_mode():
+        xi, bi = torch.randn(4), torch.randn(4)
+    for _ in range(3):
+        for pair in ((x, b), (xi, bi)):
+            assert bound.accepts(pair)
+            y = bound.replay(pair)
+            assert y is None or torch.equal(y[0], pair[0] * 2 + pair[1])
+    assert len(captured) == 2
+
+
+def test_a_new_address_set_on_a_slot_takes_its_own_graph():
+    """The graph of a slot's last replay is tried first; other addresses look theirs up."""
+    bound, _, captured, _ = _bound(fixed=True)
+    first, second = (torch.randn(4), torch.randn(4)), (torch.randn(4), torch.randn(4))
+    for _ in range(3):
+        for pair in (first, second):
+            y = bound.replay(pair)
+            assert y is None or torch.equal(y[0], pair[0] * 2 + pair[1])
+    assert len(captured) == 2 and captured[0].inputs is not captured[1].inputs

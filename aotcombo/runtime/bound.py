@@ -11,6 +11,17 @@ the model mutates in place, and ends by copying its outputs into one output slot
 own TensorGuards, which dynamo's guards use: dtype, device, shape, strides), a tuple of
 data pointers, a free slot and one replay.
 
+Both the check and the pointers are read at every call, for every input, even when the
+inputs are the very tensor objects of the last call: a tensor's storage and layout change in
+place (``resize_``, ``set_``, ``as_strided_``, ``unsqueeze_`` bump its version counter, but so
+does every write of new values into it; ``.data =`` and ``torch.utils.swap_tensors`` change
+neither its identity nor its version counter), so neither identity nor version counters
+prove an input is where and as it was; reading a version costs as much as a data pointer
+anyway. The pointers are a tuple made by ``Tensor.data_ptr``: torch's
+``_tensors_data_ptrs_at_indices_equal`` compares them in one C++ call, but its pybind casts
+cost as much per tensor. Each slot remembers the pointers of its last replay: when they
+recur, its graph is replayed without hashing them.
+
 A graph is keyed by (the inputs' data pointers, the output slot it writes); there are at
 most ``MAX_GRAPHS`` per model and batch size, and past that calls go through the main
 graph. Addresses are bound at their second call (the first goes through the main graph),
@@ -54,13 +65,20 @@ def tensor_guard(templates: tuple):
         normal_check(*templates)
     except Exception:  # noqa: BLE001 (a torch without it, or with another signature)
         return None
-    n = len(templates)
+    n, checks = len(templates), [normal_check, inference_check]
 
     def accepts(inputs: tuple) -> bool:
         try:
-            return len(inputs) == n and (normal_check(*inputs) or inference_check(*inputs))
+            if len(inputs) != n:
+                return False
+            if checks[0](*inputs):
+                return True
+            if checks[1](*inputs):
+                checks.reverse()  # the kind of tensors that came last is tried first next time
+                return True
         except Exception:  # noqa: BLE001 (not tensors: the main path's guard names the problem)
-            return False
+            pass
+        return False
 
     return accepts
 
@@ -82,6 +100,7 @@ class BoundGraphs:
         self._static = tuple(map(_data_ptr, templates))
         self._thread = threading.get_ident()  # the thread that warmed the forward up (its cuBLAS handle)
         self._graphs: dict = {}  # (pointers, slot) -> graph
+        self._recent: dict = {}  # slot -> (pointers, graph) of its last replay: no hash of the pointers when they recur
         self._seen: dict = {}  # pointers -> whether they may be bound (seen once so far)
 
     def __len__(self) -> int:
@@ -95,11 +114,16 @@ class BoundGraphs:
         slot = self._slots.free()
         if slot is None:
             return None
-        graph = self._graphs.get((pointers, slot))
-        if graph is None:
-            graph = self._bind(inputs, pointers, slot)
+        recent = self._recent.get(slot)
+        if recent is not None and recent[0] == pointers:
+            graph = recent[1]
+        else:
+            graph = self._graphs.get((pointers, slot))
             if graph is None:
-                return None
+                graph = self._bind(inputs, pointers, slot)
+                if graph is None:
+                    return None
+            self._recent[slot] = pointers, graph
         graph.replay()
         return self._slots.slots[slot]
 
