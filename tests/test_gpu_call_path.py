@@ -92,6 +92,28 @@ def test_recurring_inputs_are_read_in_place_by_graphs_bound_to_them(sample):
         _check(name, loaded(*inputs), _eager(model, inputs), f"new tensors, call {call}")
 
 
+def test_inputs_changed_in_place_after_binding(sample):
+    """Inputs a graph is bound to, then moved in place (``set_``, ``.data =``, ``swap_tensors``:
+    the same tensor objects at new addresses, the last two without a version bump): each
+    answer is right, never the graph's read of the old addresses (runtime/bound.py)."""
+    name, model, example = sample
+    loaded = import_package(name).load("cuda")
+    generator = torch.Generator(device="cuda").manual_seed(19)
+    inputs = [fresh_like(t, generator) for t in example]
+    for call in range(3):
+        _check(name, loaded(*inputs), _eager(model, inputs), f"before, call {call}")
+    assert len(loaded._bound) >= 1
+    moves = {"set_": lambda t, new: t.set_(new), ".data =": lambda t, new: setattr(t, "data", new),
+             "swap_tensors": lambda t, new: torch.utils.swap_tensors(t, new)}
+    for what, move in moves.items():
+        for t in inputs:
+            before = t.data_ptr()
+            move(t, fresh_like(t, generator))
+            assert t.data_ptr() != before or t.numel() == 0
+        for call in range(3):
+            _check(name, loaded(*inputs), _eager(model, inputs), f"after {what}, call {call}")
+
+
 @pytest.mark.parametrize("graphs", [True, False], ids=["graph", "op_by_op"])
 def test_any_strides_and_alignment(sample, graphs):
     name, model, example = sample
