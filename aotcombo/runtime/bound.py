@@ -65,20 +65,13 @@ def tensor_guard(templates: tuple):
         normal_check(*templates)
     except Exception:  # noqa: BLE001 (a torch without it, or with another signature)
         return None
-    n, checks = len(templates), [normal_check, inference_check]
+    n = len(templates)
 
     def accepts(inputs: tuple) -> bool:
         try:
-            if len(inputs) != n:
-                return False
-            if checks[0](*inputs):
-                return True
-            if checks[1](*inputs):
-                checks.reverse()  # the kind of tensors that came last is tried first next time
-                return True
+            return len(inputs) == n and (normal_check(*inputs) or inference_check(*inputs))
         except Exception:  # noqa: BLE001 (not tensors: the main path's guard names the problem)
-            pass
-        return False
+            return False
 
     return accepts
 
