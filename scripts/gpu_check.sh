@@ -12,7 +12,8 @@
 #   AOTCOMBO_GPU_MEASURE=0  skip the measurements (launch overhead, batch sizes, cold start)
 #   AOTCOMBO_FIRST_OUTPUT="transformer_block bert ..."  models for the time to first output (default transformer_block)
 #   AOTCOMBO_ZOO_BENCH=1    also time the zoo (benchmarks/zoo_bench.py) against eager and reduce-overhead
-#                           (AOTCOMBO_ZOO names the models; samples may be named there too)
+#                           (AOTCOMBO_ZOO names the models; samples may be named there too;
+#                           AOTCOMBO_ZOO_BENCH_ARGS="--no-compile" leaves reduce-overhead out)
 #   AOTCOMBO_LLM_BENCH=1    also time the LLM decode sample (benchmarks/llm_bench.py; .carry/llm)
 #   AOTCOMBO_PROFILE="llama_block ..."  also print each kernel's GPU time per forward (benchmarks/kernel_profile.py)
 #   AOTCOMBO_MEMCHECK=1     also run compute-sanitizer memcheck on one call of each sample
@@ -62,7 +63,7 @@ if [ "${AOTCOMBO_GPU_MEASURE:-1}" = 1 ]; then
 fi
 if [ "${AOTCOMBO_ZOO_BENCH:-0}" = 1 ]; then
   echo "== zoo benchmark: eager, reduce-overhead, ours default and static"
-  PYTHONPATH="$SITE:$PWD:$PWD/tests" PYTHONUNBUFFERED=1 $PY benchmarks/zoo_bench.py ${AOTCOMBO_ZOO:-} --out "$OUT" 2>&1 | tee "$OUT/zoo_bench.log"
+  PYTHONPATH="$SITE:$PWD:$PWD/tests" PYTHONUNBUFFERED=1 $PY benchmarks/zoo_bench.py ${AOTCOMBO_ZOO:-} ${AOTCOMBO_ZOO_BENCH_ARGS:-} --out "$OUT" 2>&1 | tee "$OUT/zoo_bench.log"
 fi
 if [ "${AOTCOMBO_LLM_BENCH:-0}" = 1 ]; then
   echo "== LLM decode: per-token latency and bandwidth"
