@@ -6,7 +6,7 @@ and the package's default call and serving path, side by side, per model.
         python3 benchmarks/zoo_bench.py [MODEL ...] --out $OUT
 
 MODEL: a zoo model (sample_models/zoo/), ``MODEL@BATCH`` for one at another batch size (its
-package built as ``zoo_MODEL_bBATCH`` from ``get_example_inputs(batch=BATCH)``), or a sample
+package ``zoo_MODEL_bBATCH``, built by ``scripts/build_zoo.py MODEL@BATCH``), or a sample
 (branches, transformer_block, adam_step, conv_block). Per model, all in this process, on the file's example inputs drawn with fresh
 seeds:
 - ``eager``: the file's model with the package's weights, under ``torch.no_grad()``;
@@ -35,7 +35,7 @@ import torch  # noqa: E402
 
 from bench_timing import time_synced, warm_up  # noqa: E402
 from gpu_support import SAMPLES, fresh_like, import_package  # noqa: E402
-from zoo_support import ZOO, eager_model, fresh_inputs, model_file, package_name  # noqa: E402
+from zoo_support import ZOO, eager_model, fresh_inputs, package_name  # noqa: E402
 
 SEEDS = (301, 302, 303, 304)
 
@@ -63,13 +63,7 @@ def resolve(name: str) -> tuple:
     if name in SAMPLES:
         eager, sets = sample(name)
         return import_package(name), sets, eager
-    if "@" in name:  # a zoo model at another batch size: MODEL@BATCH, package zoo_MODEL_bBATCH
-        model, batch = name.split("@")
-        package = import_package(f"{package_name(model)}_b{batch}")
-        sets = [tuple(t.cuda() for t in model_file(model).get_example_inputs(seed=seed, batch=int(batch)))
-                for seed in SEEDS]
-        return package, sets, eager_model(model, package)
-    package = import_package(package_name(name))
+    package = import_package(package_name(name))  # MODEL@BATCH: package zoo_MODEL_bBATCH
     return package, [fresh_inputs(name, seed) for seed in SEEDS], eager_model(name, package)
 
 

@@ -2,8 +2,9 @@
 
     .venv/bin/python scripts/build_zoo.py [MODEL ...] [--out .carry/zoo] [--arch sm_90]
 
-Each ``sample_models/zoo/<model>.py`` becomes package ``zoo_<model>`` (only the wheel pip
-picks on the GPU machine is kept: they travel there). ``zoo_build.json`` in the same folder
+Each ``sample_models/zoo/<model>.py`` becomes package ``zoo_<model>``, and ``MODEL@BATCH`` (e.g.
+``dlrm@512``) the model at another batch size, ``get_example_inputs(batch=BATCH)``, as package
+``zoo_<model>_b<BATCH>`` (only the wheel pip picks on the GPU machine is kept: they travel there). ``zoo_build.json`` in the same folder
 records, per model, the build time, wheel size, kernels, our launches per forward and those
 of Inductor's own combo kernels (``torch.compile(options={"combo_kernels": True})``), both
 counted on the traced program (kernel launches + extern calls), and the extern ops called.
@@ -21,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from zoo_support import ZOO, model_file, package_name  # noqa: E402
+from zoo_support import ZOO, at_batch, example_inputs, model_file, package_name  # noqa: E402
 
 from aotcombo.builder import graph as g, inductor  # noqa: E402
 from aotcombo.builder.pipeline import build_package  # noqa: E402
@@ -34,8 +35,7 @@ def inductor_combo_launches(model, inputs, arch: int) -> int:
 
 
 def build_one(name: str, out: Path, arch: str, pdl: bool = True) -> dict:
-    module = model_file(name)
-    model, inputs = module.get_model().eval(), tuple(module.get_example_inputs())
+    model, inputs = model_file(at_batch(name)[0]).get_model().eval(), example_inputs(name)
     start = time.perf_counter()
     try:
         result = build_package(model, inputs, arch=[arch], name=package_name(name), out=out, jobs=2, pdl=pdl)

@@ -8,7 +8,8 @@
 #                                          build_combo_tests.py, build_zoo.py make them)
 #   AOTCOMBO_GPU_TESTS=0    skip the tests (measure only)
 #   AOTCOMBO_GPU_TEST_FILES="tests/test_gpu_zoo.py ..."  run these test files only
-#   AOTCOMBO_ZOO="bert gpt2 ..."  the zoo models to check (default: all of sample_models/zoo)
+#   AOTCOMBO_ZOO="bert gpt2 ..."  the zoo models to check (default: all of sample_models/zoo; MODEL@BATCH: one
+#                           built at another batch size by scripts/build_zoo.py MODEL@BATCH)
 #   AOTCOMBO_GPU_MEASURE=0  skip the measurements (launch overhead, batch sizes, cold start)
 #   AOTCOMBO_FIRST_OUTPUT="transformer_block bert ..."  models for the time to first output (default transformer_block)
 #   AOTCOMBO_ZOO_BENCH=1    also time the zoo (benchmarks/zoo_bench.py) against eager and reduce-overhead

@@ -16,7 +16,8 @@ SEEDS = (101, 202)  # the build used seed 0
 
 
 # The zoo reaches the GPU machine in two transfers (64 MiB each): AOTCOMBO_ZOO names the models
-# whose packages came with this one (scripts/gpu_check.sh).
+# whose packages came with this one (scripts/gpu_check.sh), MODEL@BATCH for one built at another
+# batch size (scripts/build_zoo.py MODEL@BATCH).
 CHECKED = tuple(os.environ["AOTCOMBO_ZOO"].split()) if os.environ.get("AOTCOMBO_ZOO") else ZOO
 
 

@@ -28,8 +28,24 @@ ZOO = tuple(sorted(p.stem for p in ZOO_DIR.glob("*.py") if not p.stem.startswith
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
-def package_name(model: str) -> str:
-    return f"zoo_{model}"
+def at_batch(name: str) -> tuple[str, int | None]:
+    """A zoo name split: ``MODEL@BATCH`` (the model at another batch size) gives (MODEL, BATCH),
+    ``MODEL`` gives (MODEL, None)."""
+    model, _, batch = name.partition("@")
+    return model, int(batch) if batch else None
+
+
+def package_name(name: str) -> str:
+    """``zoo_MODEL``, or ``zoo_MODEL_bBATCH`` for ``MODEL@BATCH``."""
+    model, batch = at_batch(name)
+    return f"zoo_{model}" + (f"_b{batch}" if batch else "")
+
+
+def example_inputs(name: str, seed: int = 0) -> tuple:
+    """The model file's example inputs (CPU), at ``BATCH`` for ``MODEL@BATCH``."""
+    model, batch = at_batch(name)
+    sizes = {} if batch is None else {"batch": batch}
+    return tuple(model_file(model).get_example_inputs(seed=seed, **sizes))
 
 
 def model_file(model: str):
@@ -52,9 +68,10 @@ def package_weights(package) -> dict[str, torch.Tensor]:
     return {t.name: value for t, value in zip((t for t in m.weights.tensors if not t.external), tensors, strict=True)}
 
 
-def eager_model(model: str, package, device="cuda") -> torch.nn.Module:
-    """The file's model with the package's weights (names the model does not hold, such as
-    constants the trace lifted out of forward, are left to the model)."""
+def eager_model(name: str, package, device="cuda") -> torch.nn.Module:
+    """The file's model (``MODEL`` or ``MODEL@BATCH``) with the package's weights (names the
+    model does not hold, such as constants the trace lifted out of forward, are left to the model)."""
+    model = at_batch(name)[0]
     eager = model_file(model).get_model().eval()
     own = dict(eager.named_parameters()) | dict(eager.named_buffers())
     with torch.no_grad():
@@ -67,8 +84,8 @@ def eager_model(model: str, package, device="cuda") -> torch.nn.Module:
     return eager.to(device)
 
 
-def fresh_inputs(model: str, seed: int, device="cuda") -> tuple:
-    return tuple(t.to(device) for t in model_file(model).get_example_inputs(seed=seed))
+def fresh_inputs(name: str, seed: int, device="cuda") -> tuple:
+    return tuple(t.to(device) for t in example_inputs(name, seed))
 
 
 def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
