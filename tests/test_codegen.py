@@ -102,6 +102,15 @@ def test_program_renders_ops_in_plan_order_and_nests_outputs():
     assert "buf0 = empty_strided((1024,), (1,), dtype=torch.float32, device=device) if aotcombo_out is None " \
            "else aotcombo_out[0]" in source and "else aotcombo_out[1]" in source
     assert "return {'a': buf0, 'b': (buf1,)}" in source
+    assert "OrderedDict" not in source
+
+
+def test_program_returns_an_ordered_dict_where_the_model_does():
+    structure = ("tuple", (("ordered_dict", ("out", "aux"), (("leaf",), ("leaf",))),))
+    source = codegen.render_program(two_kernel_plan(), structure, "demo")
+    ast.parse(source)
+    assert "from collections import OrderedDict" in source
+    assert "return (OrderedDict([('out', buf0), ('aux', buf1)]),)" in source
 
 
 def test_views_count_from_their_root_tensor_and_placed_outputs_go_where_the_caller_says():
@@ -158,7 +167,8 @@ def test_installed_copy_finds_its_templates(tmp_path):
     probe = (
         "import aotcombo.builder.codegen as c, sys; "
         "print(c.__file__); print(c.templates_dir()); print(len(c.render('program.py.j2', name='x', version='0', "
-        "n_launches=0, n_externs=0, inputs=['a'], weights=[], body=[], result='a', runtime_ops=[], placed='out')))"
+        "n_launches=0, n_externs=0, inputs=['a'], weights=[], body=[], result='a', runtime_ops=[], placed='out', "
+        "ordered_dict=False)))"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     run = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)

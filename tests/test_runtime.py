@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -264,7 +265,8 @@ def test_load_modes(tmp_path, monkeypatch):
 def test_flatten_unflatten():
     a, b, c = torch.ones(1), torch.ones(2), torch.ones(3)
     for tree, leaves in [(a, [a]), ((a,), [a]), ((a, b), [a, b]), ([a, None, 3], [a]), (None, []),
-                         ({"s": a, "t": (b, [c])}, [a, b, c]), ((), []), ((a, {"u": None, "v": b}), [a, b])]:
+                         ({"s": a, "t": (b, [c])}, [a, b, c]), ((), []), ((a, {"u": None, "v": b}), [a, b]),
+                         (OrderedDict([("z", a), ("y", (b,))]), [a, b])]:
         got, spec = flatten(tree)
         assert all(x is y for x, y in zip(got, leaves, strict=True))
         rebuilt = unflatten(spec, got)
@@ -279,7 +281,7 @@ def _same_tree(x, y):
     if isinstance(x, (tuple, list)):
         return type(x) is type(y) and len(x) == len(y) and all(map(_same_tree, x, y))
     if isinstance(x, dict):
-        return list(x) == list(y) and all(_same_tree(x[k], y[k]) for k in x)
+        return type(x) is type(y) and list(x) == list(y) and all(_same_tree(x[k], y[k]) for k in x)
     return x == y
 
 

@@ -340,6 +340,9 @@ def _structure_expr(structure: tuple, leaves) -> str:
     if kind == "dict":
         items = ", ".join(f"{k!r}: {_structure_expr(c, leaves)}" for k, c in zip(structure[1], structure[2]))
         return "{" + items + "}"
+    if kind == "ordered_dict":
+        items = "".join(f"({k!r}, {_structure_expr(c, leaves)}), " for k, c in zip(structure[1], structure[2]))
+        return f"OrderedDict([{items.rstrip(', ')}])"
     if kind == "structseq":
         children = ", ".join(_structure_expr(c, leaves) for c in structure[2])
         return f"{structure[1]}(({children},))"
@@ -347,6 +350,14 @@ def _structure_expr(structure: tuple, leaves) -> str:
     if kind == "list":
         return "[" + ", ".join(children) + "]"
     return f"({children[0]},)" if len(children) == 1 else "(" + ", ".join(children) + ")"
+
+
+def _kinds(structure: tuple) -> set[str]:
+    """The kinds of container an output structure is made of (itself and all below it)."""
+    kind = structure[0]
+    children = structure[2] if kind in ("dict", "ordered_dict", "structseq") else \
+        structure[1] if kind in ("tuple", "list") else ()
+    return {kind}.union(*map(_kinds, children))
 
 
 def render_program(plan: Plan, structure: tuple, name: str) -> str:
@@ -367,4 +378,5 @@ def render_program(plan: Plan, structure: tuple, name: str) -> str:
         body=[_op_line(op, combos, placed, roots) for op in plan.ops]
         + [f"{name}.copy_({graph.outputs[i]})" for name, i in graph.mutations],
         result=_structure_expr(structure, iter(graph.user_outputs)),
+        ordered_dict="ordered_dict" in _kinds(structure),
     )

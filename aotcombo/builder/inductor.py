@@ -17,6 +17,7 @@ A torch upgrade should touch this file only.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import functools
@@ -1332,7 +1333,8 @@ def _summary(exc: BaseException) -> str:
 
 def output_structure(spec) -> tuple:
     """A pytree spec as plain nested tuples: ``("leaf",)``, ``("tuple", children)``,
-    ``("list", children)``, ``("dict", keys, children)``, ``("none",)``."""
+    ``("list", children)``, ``("dict", keys, children)``, ``("ordered_dict", keys, children)``
+    (torchvision's segmentation and detection heads return one), ``("none",)``."""
     if spec.is_leaf():
         return ("leaf",)
     children = tuple(output_structure(c) for c in spec.children())
@@ -1340,6 +1342,8 @@ def output_structure(spec) -> tuple:
         return ("none",)
     if spec.type is dict or _is_model_output(spec.type):  # a transformers ModelOutput comes back as a dict
         return ("dict", tuple(spec.context), children)
+    if spec.type is collections.OrderedDict:
+        return ("ordered_dict", tuple(spec.context), children)
     if spec.type is list:
         return ("list", children)
     if getattr(spec.type, "__module__", "") == "torch.return_types":
@@ -1347,7 +1351,8 @@ def output_structure(spec) -> tuple:
     if spec.type is tuple or (isinstance(spec.type, type) and issubclass(spec.type, tuple)):
         return ("tuple", children)
     raise UnsupportedModelError(
-        f"the model returns a {spec.type.__name__}; aotcombo packages tensors in (nested) tuples, lists and dicts",
+        f"the model returns a {spec.type.__name__}; aotcombo packages tensors in (nested) tuples, lists, dicts "
+        "and OrderedDicts",
         fix="return a tuple or dict of tensors from forward()",
     )
 

@@ -33,8 +33,8 @@ def _spec(tree, leaves: list):
         return None
     if isinstance(tree, (tuple, list)):
         return type(tree), [_spec(child, leaves) for child in tree]
-    if isinstance(tree, dict):
-        return dict, {key: _spec(child, leaves) for key, child in tree.items()}
+    if isinstance(tree, dict):  # a dict or an OrderedDict, rebuilt as such
+        return type(tree), {key: _spec(child, leaves) for key, child in tree.items()}
     return "value", tree
 
 
@@ -63,8 +63,8 @@ def _build(spec, leaves):
     kind, children = spec
     if kind == "value":
         return children
-    if kind is dict:
-        return {key: _build(child, leaves) for key, child in children.items()}
+    if isinstance(children, dict):
+        return kind((key, _build(child, leaves)) for key, child in children.items())
     return kind([_build(child, leaves) for child in children])
 
 
