@@ -47,6 +47,7 @@ def test_zoo_model_matches_eager(zoo, graphs):
                 model32, inputs32 = as_float32(eager, inputs)
                 reference = model32(*inputs32)
         got = loaded(*inputs)
+        assert type(got) is type(ref) or isinstance(got, dict) and isinstance(ref, dict), (type(got), type(ref))
         rows = check(got, ref, reference)
         report += [{"model": name, "graphs": graphs, "seed": seed, **row} for row in rows]
     out = os.environ.get("OUT")

@@ -38,8 +38,10 @@ def relative_l2(got: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def check(got, ref) -> list[float]:
-    """Every output leaf has eager's shape, dtype and values (within TOLERANCE);
-    returns the errors."""
+    """Every output leaf has eager's shape, dtype and values (within TOLERANCE), in eager's
+    structure (a transformers ModelOutput comes back as a dict); returns the errors."""
+    if any(c.__name__ == "ModelOutput" for c in type(ref).__mro__):
+        ref = dict(ref)
     got_leaves, got_spec = _pytree.tree_flatten(got)
     ref_leaves, ref_spec = _pytree.tree_flatten(ref)
     assert got_spec == ref_spec
@@ -70,6 +72,8 @@ NEEDS = {
     "resnet50": "torchvision", "mobilenet_v3_small": "torchvision", "efficientnet_b0": "torchvision",
     "diffusers_unet": "diffusers", "diffusers_vae_decoder": "diffusers",
     "unet_stage": None, "moe": None, "dlrm": None, "llama_block": None,
+    "gpt_neox": "transformers", "phi": "transformers", "bart": "transformers", "mobilevit": "timm",
+    "lraspp_mobilenet_v3": "torchvision",
 }
 # Built and run under the interpreter in the default test run: about 15 s each on 2 cores.
 FAST = ("llama_block", "moe", "dlrm", "bert", "diffusers_vae_decoder")
@@ -377,6 +381,31 @@ def test_transformers_model_keeps_its_names_and_output_keys(tmp_path):
         ref = model(*inputs)
     got = interpret.run_variant(result, 0, list(inputs))
     assert isinstance(got, dict) and list(got) == list(ref.keys()) == ["last_hidden_state", "pooler_output"]
+    check(list(got.values()), list(ref.values()))
+
+
+def test_ordered_dict_output_comes_back_as_one(tmp_path):
+    """torchvision's segmentation models return ``OrderedDict(out=..., aux=...)``: the package
+    returns an OrderedDict with the same keys in the same order, values within 1e-4 (fp32)."""
+    from collections import OrderedDict
+
+    class Heads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body, self.out, self.aux = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 4, 1), nn.Conv2d(8, 2, 1)
+
+        def forward(self, x):
+            features = torch.relu(self.body(x))
+            return OrderedDict([("out", self.out(features)), ("aux", self.aux(features).sigmoid())])
+
+    torch.manual_seed(0)
+    model = Heads().eval()
+    result = build_package(model, (torch.randn(2, 3, 16, 16),), arch=["sm_90"], out=tmp_path / "dist", cache=False)
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        ref = model(x)
+    got = interpret.run_variant(result, 0, [x])
+    assert type(got) is OrderedDict and list(got) == ["out", "aux"]
     check(list(got.values()), list(ref.values()))
 
 
