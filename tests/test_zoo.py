@@ -72,7 +72,9 @@ NEEDS = {
     "resnet50": "torchvision", "mobilenet_v3_small": "torchvision", "efficientnet_b0": "torchvision",
     "diffusers_unet": "diffusers", "diffusers_vae_decoder": "diffusers",
     "unet_stage": None, "moe": None, "dlrm": None, "llama_block": None,
-    "gpt_neox": "transformers", "phi": "transformers", "bart": "transformers", "mobilevit": "timm",
+    "gpt_neox": "transformers", "phi": "transformers", "bart": "transformers", "deberta_v2": "transformers",
+    "falcon": "transformers", "bloom": "transformers",
+    "mobilevit": "timm",
     "lraspp_mobilenet_v3": "torchvision",
 }
 # Built and run under the interpreter in the default test run: about 15 s each on 2 cores.
@@ -382,6 +384,58 @@ def test_transformers_model_keeps_its_names_and_output_keys(tmp_path):
     got = interpret.run_variant(result, 0, list(inputs))
     assert isinstance(got, dict) and list(got) == list(ref.keys()) == ["last_hidden_state", "pooler_output"]
     check(list(got.values()), list(ref.values()))
+
+
+@pytest.mark.parametrize("kv_heads, head_dim", [(1, 16), (8, 12)], ids=["one_kv_head", "head_dim_12"])
+def test_boolean_mask_where_no_fused_attention_applies(kv_heads, head_dim, tmp_path):
+    """Attention that no fused kernel takes (one key/value head broadcast over eight query
+    heads, as Falcon's multi-query attention calls it; a head dim that is not a multiple of
+    8) under a boolean mask: it was added as 0/1 instead of masking (0.64 from eager), a
+    silent wrong answer. Within 1e-5 of eager (fp32)."""
+    import torch.nn.functional as F
+
+    class Masked(nn.Module):
+        def forward(self, q, k, v):
+            mask = torch.ones(q.shape[0], 1, q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    def inputs():
+        return (torch.randn(2, 8, 24, head_dim), torch.randn(2, kv_heads, 24, head_dim),
+                torch.randn(2, kv_heads, 24, head_dim))
+
+    result = build_package(Masked(), inputs(), arch=["sm_90"], out=tmp_path / "dist", cache=False)
+    x = inputs()
+    got = interpret.run_variant(result, 0, list(x))
+    assert relative_l2(got, Masked()(*x)) <= 1e-5
+
+
+def test_cpu_literals_in_forward_run_on_the_gpu(tmp_path):
+    """DeBERTa's and Falcon's ways: tensor literals made in ``forward`` on the CPU (a
+    log-bucket scale, ``torch.tensor(n).type_as(x)``, a sqrt of a literal, an index list
+    ``x[:, [-2]]``) combined with GPU tensors. They used to need a real GPU while tracing
+    (a literal moved by ``type_as`` or by indexing) or CPU kernels (math on literals); now
+    they move to the GPU. Within 1e-5 of eager (fp32)."""
+
+    class Literals(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(16, 16)
+
+        def forward(self, x):
+            scale = torch.sqrt(torch.tensor(16, dtype=torch.float) * 3)
+            bucket = torch.log(torch.tensor(63.0)) / torch.log(torch.tensor(8.0))
+            floor = torch.tensor(3).type_as(x)
+            y = torch.maximum(self.proj(x) / scale * bucket, floor)
+            return y[:, :-2] * y[:, [-2]] + y[:, [-1]]
+
+    torch.manual_seed(0)
+    model = Literals().eval()
+    result = build_package(model, (torch.randn(4, 16),), arch=["sm_90"], out=tmp_path / "dist", cache=False)
+    x = torch.randn(4, 16) * 20
+    with torch.no_grad():
+        ref = model(x)
+    got = interpret.run_variant(result, 0, [x])
+    assert relative_l2(got, ref) <= 1e-5
 
 
 def test_ordered_dict_output_comes_back_as_one(tmp_path):

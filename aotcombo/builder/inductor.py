@@ -160,6 +160,47 @@ class _VirtualTritonDriver:
         return True
 
 
+def _moves_to_gpu(args, kwargs) -> bool:
+    """Whether an op's arguments name a device other than the CPU (a copy there)."""
+    device = (kwargs or {}).get("device")
+    if device is None:
+        device = next((a for a in args if isinstance(a, torch.device)), None)
+    return isinstance(device, (torch.device, str)) and torch.device(device).type != "cpu"
+
+
+def _no_constant_device_moves(dispatch):
+    """FakeTensorMode's dispatch, folding no move of a literal to the GPU: it computes an op
+    whose tensors are all literals (``torch.tensor(3)``) on their real values, and
+    ``avoid_device_init`` stops that only for ``_to_copy``, not for ``to.dtype_layout``
+    (``type_as``), which would then need a real GPU. The literal becomes an ordinary fake."""
+    def dispatch_impl(self, func, types, args, kwargs):
+        if _moves_to_gpu(args, kwargs):
+            for arg in args:
+                if getattr(arg, "constant", None) is not None:
+                    arg.constant = None
+        return dispatch(self, func, types, args, kwargs)
+
+    return dispatch_impl
+
+
+def _no_constant_device_moves_in_proxies(proxy_call):
+    """The same for make_fx's own constants (``proxy_tensor.proxy_call``): a literal index
+    list moved to the GPU (Falcon's ``fused_qkv[..., [-2], :]``) is not computed for real."""
+    from torch.fx.experimental import proxy_tensor
+
+    def call(proxy_mode, func, pre_dispatch, args, kwargs):
+        if not _moves_to_gpu(args, kwargs):
+            return proxy_call(proxy_mode, func, pre_dispatch, args, kwargs)
+        limit = proxy_tensor.CONSTANT_NUMEL_LIMIT
+        proxy_tensor.CONSTANT_NUMEL_LIMIT = 0  # no output is small enough to be a constant
+        try:
+            return proxy_call(proxy_mode, func, pre_dispatch, args, kwargs)
+        finally:
+            proxy_tensor.CONSTANT_NUMEL_LIMIT = limit
+
+    return call
+
+
 @contextlib.contextmanager
 def virtual_gpu(arch: int) -> Iterator[None]:
     """Make torch, dynamo, inductor and triton believe a GPU of ``arch`` is here."""
@@ -200,12 +241,24 @@ def virtual_gpu(arch: int) -> Iterator[None]:
     }
     original_lazy_init = joint_graph.lazy_init
     # What FakeTensorMode does by itself when it sees no GPU (it will see ours):
-    # a no-op CUDA device guard, and torch.tensor() literals kept on the CPU.
+    # a no-op CUDA device guard, torch.tensor() literals kept on the CPU, and no
+    # constant folding of a move to the GPU (DeBERTa's ``torch.tensor(mid - 1).type_as(x)``
+    # would otherwise copy the literal to a real GPU while tracing).
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
     torch._C._ensureCUDADeviceGuardSet()
     only_lift_cpu = torch._C._only_lift_cpu_tensors()
     torch._C._set_only_lift_cpu_tensors(True)
     with contextlib.ExitStack() as stack:
         stack.callback(torch._C._set_only_lift_cpu_tensors, only_lift_cpu)
+        if isinstance(getattr(FakeTensorMode, "avoid_device_init", None), property):
+            stack.enter_context(mock.patch.object(FakeTensorMode, "avoid_device_init", property(lambda self: True)))
+        stack.enter_context(mock.patch.object(FakeTensorMode, "_dispatch_impl",
+                                              _no_constant_device_moves(FakeTensorMode._dispatch_impl)))
+        from torch.fx.experimental import proxy_tensor
+
+        stack.enter_context(mock.patch.object(proxy_tensor, "proxy_call",
+                                              _no_constant_device_moves_in_proxies(proxy_tensor.proxy_call)))
         for name, fn in cuda_patches.items():
             stack.enter_context(mock.patch(cuda + name, fn))
         for name, fn in interface_patches.items():
@@ -358,6 +411,10 @@ def _attention_for(arch: int):
             return aten._scaled_dot_product_flash_attention(q, k, v, 0.0, is_causal, False, scale=scale)[0]
         if fused_ok and head_dim <= 512:
             return aten._scaled_dot_product_efficient_attention(q, k, v, attn_mask, False, 0.0, is_causal, scale=scale)[0]
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
+            # The private op adds its mask: a boolean one becomes 0 where True, -inf where False
+            # first, as the public function does (Falcon's one key/value head under a padding mask).
+            attn_mask = torch.where(attn_mask, 0.0, float("-inf")).to(q.dtype)
         return aten._scaled_dot_product_attention_math(
             q, k, v, attn_mask, 0.0, is_causal, scale=scale, enable_gqa=enable_gqa
         )[0]
@@ -1065,6 +1122,7 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor
         # plain formulation become ops Inductor writes kernels for (decompositions.py).
         # (Not when counting Inductor's own launches: torch.compile makes those fallbacks.)
         ep = ep.run_decompositions({} if inductor_combo_kernels else decompositions.table())
+        _literals_on_the_gpu(ep)
         if not inductor_combo_kernels:
             linears.combine(ep, module)
             linears.fold_residuals(ep)
@@ -1186,6 +1244,52 @@ def _located(exc: UnsupportedModelError, where: str) -> UnsupportedModelError:
     located = type(exc)(f"{exc.message}{where}", exc.fix)
     located.detail = exc.detail
     return located
+
+
+def _literals_on_the_gpu(ep) -> None:
+    """Move tensor literals ``forward`` makes on the CPU, and what is computed from them alone,
+    to the GPU.
+
+    ``torch.log(torch.tensor(8.0))`` or ``torch.tensor(3.0) * 2`` (DeBERTa's relative
+    positions and attention scale) are 0-dim CPU tensors that eager combines with GPU
+    tensors; export lifts each literal as a constant input, and Inductor would compute on
+    them with CPU kernels, which a package cannot hold. The package loads every constant
+    onto the GPU anyway, so its placeholder, the ops computed only from such literals
+    (their ``device`` arguments too) and their metadata checks move there; the values are
+    the same, computed on the GPU. CPU tensors the model returns stay where they are."""
+    from torch.export.graph_signature import InputKind
+
+    graph = ep.graph
+    literals = {s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.CONSTANT_TENSOR}
+    moved: set = set()
+
+    def on_cpu(node) -> bool:
+        val = node.meta.get("val")
+        return isinstance(val, torch.Tensor) and val.device.type == "cpu"
+
+    for node in graph.nodes:
+        if not on_cpu(node) or any(user.op == "output" for user in node.users):
+            continue
+        if node.op == "placeholder":
+            if node.name in literals:
+                moved.add(node)
+            continue
+        tensors = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
+        if node.op == "call_function" and tensors and all(a in moved for a in tensors):
+            moved.add(node)
+    if not moved:
+        return
+    gpu = torch.device("cuda", 0)
+    for node in moved:
+        val = node.meta["val"]
+        with val.fake_mode:
+            node.meta["val"] = val.to(gpu)
+        if node.kwargs.get("device") is not None:
+            node.kwargs = {**node.kwargs, "device": gpu}
+        for user in list(node.users):
+            if user.target is torch.ops.aten._assert_tensor_metadata.default:
+                graph.erase_node(user)
+    ep.graph_module.recompile()
 
 
 def _scatter_into_whole_buffers(ep) -> None:
