@@ -32,7 +32,7 @@ def roofline_us(name: str, dtype: str) -> tuple[float, float, float]:
     sys.path.insert(0, str(ROOT / "tests"))
     import zoo_support
 
-    model = zoo_support.model_file(zoo_support.at_batch(name)[0]).get_model()
+    model = zoo_support.model_file(zoo_support.at_batch(name)[0]).get_model().requires_grad_(False)
     inputs = zoo_support.example_inputs(name)
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         outputs = model(*inputs)
