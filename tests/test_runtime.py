@@ -285,6 +285,17 @@ def _same_tree(x, y):
     return x == y
 
 
+def test_in_strides_keeps_a_planned_layout_and_copies_another():
+    from aotcombo.runtime.ops import in_strides
+
+    planned = torch.randn(2, 8, 4, 4)
+    assert in_strides(planned, planned.stride()) is planned
+    other = planned.to(memory_format=torch.channels_last)
+    fixed = in_strides(other, planned.stride())
+    assert fixed.stride() == planned.stride() and torch.equal(fixed, planned)
+    assert in_strides(torch.randn(2, 1, 3)[:, :1], (3, 7, 1)).stride()[0] == 3  # size-1 dims: any stride
+
+
 @pytest.mark.parametrize("n", [1, FOREACH_FROM - 1, FOREACH_FROM, 40])
 def test_copies(n):
     sources = [torch.randn(3, 5 + i)[:, 1:] for i in range(n)]  # strided views among them

@@ -73,7 +73,7 @@ NEEDS = {
     "diffusers_unet": "diffusers", "diffusers_vae_decoder": "diffusers",
     "unet_stage": None, "moe": None, "dlrm": None, "llama_block": None,
     "gpt_neox": "transformers", "phi": "transformers", "bart": "transformers", "deberta_v2": "transformers",
-    "falcon": "transformers", "bloom": "transformers",
+    "falcon": "transformers", "bloom": "transformers", "segformer": "transformers",
     "mobilevit": "timm",
     "lraspp_mobilenet_v3": "torchvision",
 }
@@ -407,6 +407,40 @@ def test_boolean_mask_where_no_fused_attention_applies(kv_heads, head_dim, tmp_p
     x = inputs()
     got = interpret.run_variant(result, 0, list(x))
     assert relative_l2(got, Masked()(*x)) <= 1e-5
+
+
+def test_extern_outputs_come_in_the_planned_layout(tmp_path):
+    """SegFormer's decode head: per-stage linears, bilinear upsampling, concat, then 1x1
+    convolutions of a channels-last tensor, whose output layout the backend picks at run
+    time (on the CPU another than the trace planned, so the next kernel read it through the
+    wrong strides: 1.2 from eager). The program copies such outputs into the planned
+    layout where they differ. Within 1e-5 of eager (fp32)."""
+    import torch.nn.functional as F
+
+    class DecodeHead(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.ModuleList([nn.Linear(16, 32), nn.Linear(32, 32)])
+            self.fuse, self.classifier = nn.Conv2d(64, 32, 1, bias=False), nn.Conv2d(32, 5, 1)
+
+        def forward(self, a, b):
+            stages = []
+            for t, proj in zip((a, b), self.proj):
+                h, w = t.shape[2:]
+                t = proj(t.flatten(2).transpose(1, 2)).transpose(1, 2).reshape(t.shape[0], -1, h, w)
+                stages.append(F.interpolate(t, size=a.shape[2:], mode="bilinear", align_corners=False))
+            return self.classifier(torch.relu(self.fuse(torch.cat(stages[::-1], dim=1))))
+
+    def inputs():
+        return torch.randn(2, 16, 16, 16), torch.randn(2, 32, 8, 8)
+
+    torch.manual_seed(0)
+    model = DecodeHead().eval()
+    result = build_package(model, inputs(), arch=["sm_90"], out=tmp_path / "dist", cache=False)
+    x = inputs()
+    with torch.no_grad():
+        ref = model(*x)
+    assert relative_l2(interpret.run_variant(result, 0, list(x)), ref) <= 1e-5
 
 
 def test_cpu_literals_in_forward_run_on_the_gpu(tmp_path):

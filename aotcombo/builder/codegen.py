@@ -287,7 +287,8 @@ def view_roots(ops, placed: dict[str, int]) -> dict[str, str | None]:
     return roots
 
 
-def _op_line(op, combos: dict[str, tuple[int, Combo]], placed: dict[str, int], roots: dict) -> str:
+def _op_line(op, combos: dict[str, tuple[int, Combo]], placed: dict[str, int], roots: dict,
+             restride: dict[str, tuple]) -> str:
     if isinstance(op, g.Alloc):
         s = op.spec
         alloc = f"empty_strided({_expr(s.shape)}, {_expr(s.stride)}, dtype=torch.{s.dtype}, device=device)"
@@ -305,6 +306,8 @@ def _op_line(op, combos: dict[str, tuple[int, Combo]], placed: dict[str, int], r
     if isinstance(op, g.Extern):
         args = [_expr(a) for a in op.args] + [f"{k}={_expr(v)}" for k, v in op.kwargs]
         call = f"{_op_call(op.op)}({', '.join(args)})"
+        if op.out in restride:  # a new tensor whose layout the backend picks at run time
+            return f"{op.out} = in_strides({call}, {_expr(restride[op.out])})"
         return f"{op.out} = {call}" if op.out else call
     if isinstance(op, ComboLaunch):
         index, combo = combos[op.combo]
@@ -360,11 +363,42 @@ def _kinds(structure: tuple) -> set[str]:
     return {kind}.union(*map(_kinds, children))
 
 
+def fresh_outputs(graph: g.Graph, ops) -> dict[str, tuple]:
+    """The extern calls' outputs that are new tensors (no ``out=``, no view of an input), by
+    name: the strides the trace planned for each. The later kernels read them through those
+    strides, but the backend picks a new tensor's layout at run time (a convolution of a
+    channels-last input on another device or torch may return another one): the program
+    checks, and copies into the planned layout where they differ."""
+    specs = graph.spec
+    fresh = {}
+    for op in ops:
+        if not isinstance(op, g.Extern) or op.out is None or op.writes or op.aliases or op.op == ATTENTION:
+            continue
+        spec = specs.get(op.out)
+        overload = _overload(op.op)
+        returns = overload._schema.returns if overload is not None else ()
+        if spec is None or len(returns) != 1 or returns[0].alias_info is not None or \
+                str(returns[0].type) != "Tensor" or not all(isinstance(v, int) for v in spec.stride):
+            continue
+        fresh[op.out] = spec.stride
+    return fresh
+
+
+def _overload(op: str):
+    """The torch op overload named ``namespace::name.overload``, or None."""
+    import torch
+
+    namespace, rest = op.split("::")
+    name, overload = rest.split(".") if "." in rest else (rest, "default")
+    return getattr(getattr(getattr(torch.ops, namespace), name, None), overload, None)
+
+
 def render_program(plan: Plan, structure: tuple, name: str) -> str:
     graph = plan.graph
     combos = {c.name: (i, c) for i, c in enumerate(plan.combos)}
     placed = placed_outputs(graph, plan.ops)
     roots = view_roots(plan.ops, placed)
+    restride = fresh_outputs(graph, plan.ops)
     return render(
         "program.py.j2",
         name=name,
@@ -372,10 +406,11 @@ def render_program(plan: Plan, structure: tuple, name: str) -> str:
         n_launches=len(plan.combos),
         n_externs=plan.extern_calls,
         inputs=[i.name for i in sorted((i for i in graph.inputs if i.kind == "user"), key=lambda i: i.key)],
-        runtime_ops=sorted({_op_call(op.op) for op in plan.ops if isinstance(op, g.Extern) and op.op == ATTENTION}),
+        runtime_ops=sorted({_op_call(op.op) for op in plan.ops if isinstance(op, g.Extern) and op.op == ATTENTION}
+                           | ({"in_strides"} if restride else set())),
         weights=[i.name for i in graph.inputs if i.kind == "weight"],
         placed=PLACED,
-        body=[_op_line(op, combos, placed, roots) for op in plan.ops]
+        body=[_op_line(op, combos, placed, roots, restride) for op in plan.ops]
         + [f"{name}.copy_({graph.outputs[i]})" for name, i in graph.mutations],
         result=_structure_expr(structure, iter(graph.user_outputs)),
         ordered_dict="ordered_dict" in _kinds(structure),
