@@ -18,7 +18,7 @@ from typing import Sequence
 
 import torch
 
-from ..errors import UnsupportedModelError
+from ..errors import UnsupportedModelError, UsageError
 from ..progress import Reporter
 from ..runtime.manifest import Dynamic, Manifest
 from . import codegen, compiler, linears, plan as plan_mod, shapes as shapes_mod, trace as trace_mod
@@ -47,6 +47,23 @@ class BuildResult:
                 "launches_per_forward": s.launches_per_forward}
 
 
+def _tensors(example_inputs) -> tuple[torch.Tensor, ...]:
+    """The example inputs as a tuple of tensors, or a clear error naming the one that is not."""
+    if isinstance(example_inputs, torch.Tensor):
+        return (example_inputs,)
+    if not isinstance(example_inputs, (tuple, list)):
+        raise UsageError(f"example_inputs is a {type(example_inputs).__name__}, not a tuple of tensors",
+                         fix="pass a tuple of tensors, one per positional input of forward()")
+    for i, item in enumerate(example_inputs):
+        if not isinstance(item, torch.Tensor):
+            raise UsageError(
+                f"example input {i} is a {type(item).__name__}, not a tensor: a package's forward takes tensors "
+                "(a model taking a list of images, as torchvision's detection models do, is not one)",
+                fix="pass a tuple of tensors, one per positional input of forward(); make other values "
+                    "constants or attributes of the model")
+    return tuple(example_inputs)
+
+
 def build_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], options: BuildOptions | None = None,
                   *, reporter: Reporter | None = None, model_file: str | Path | None = None, make_inputs=None,
                   **keywords) -> BuildResult:
@@ -63,7 +80,7 @@ def build_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]
     check_environment()
     cache = Cache.from_options(options.cache, warn=reporter.warning)
     model = model.eval()
-    by_batch, shapes = shapes_mod.specialize(model, tuple(example_inputs), options.shapes, make_inputs, reporter)
+    by_batch, shapes = shapes_mod.specialize(model, _tensors(example_inputs), options.shapes, make_inputs, reporter)
     dynamic = shapes if isinstance(shapes, Dynamic) else None
 
     variants, weights, checked = [], None, set()
