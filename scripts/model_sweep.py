@@ -1,0 +1,254 @@
+"""Build models users bring (beyond the zoo) and check each against eager under the interpreter.
+
+    .venv/bin/python scripts/model_sweep.py [CASE ...] [--out sweep.jsonl]
+
+Each case is a small config of a real model (transformers, timm, torchvision) or a construct
+(RNNs, attention modules, FFT, weight norm, ...) with random weights and inputs. It is built
+for sm_90 and its interpreted program is compared with eager on other inputs of the same
+shapes: one JSON line per case with the launches per forward, the extern ops, the largest
+relative L2 error over the outputs, or the error that stopped it. This is how the 2026-11-25
+sweep found a boolean-mask bug (Falcon), layouts of convolution outputs (SegFormer), CPU
+literals (DeBERTa) and OrderedDict outputs (torchvision segmentation); the cases that earned a
+place are now zoo models (sample_models/zoo/), checked on the GPU. No GPU needed; a few
+minutes per large vision model (the interpreter is slow).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils import _pytree
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def hf(config: str, model: str, **fields):
+    def make():
+        import transformers
+
+        return getattr(transformers, model)(getattr(transformers, config)(**fields)).eval()
+
+    return make
+
+
+def timm_model(name: str, **kwargs):
+    return lambda: __import__("timm").create_model(name, pretrained=False, **kwargs).eval()
+
+
+def tv(path: str, **kwargs):
+    def make():
+        import torchvision
+
+        builder = torchvision.models
+        for part in path.split("."):
+            builder = getattr(builder, part)
+        return builder(weights=None, **kwargs).eval()
+
+    return make
+
+
+def tokens(batch=2, seq=16, vocab=100, mask=True):
+    def make():
+        ids = torch.randint(0, vocab, (batch, seq))
+        return (ids, torch.ones(batch, seq, dtype=torch.int64)) if mask else (ids,)
+
+    return make
+
+
+def images(size=64, batch=2, channels=3):
+    return lambda: (torch.randn(batch, channels, size, size),)
+
+
+class LSTMHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm, self.head = nn.LSTM(16, 32, num_layers=2, batch_first=True), nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.head(self.lstm(x)[0][:, -1])
+
+
+class BiGRU(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(16, 32, batch_first=True, bidirectional=True)
+
+    def forward(self, x):
+        return self.gru(x)[0]
+
+
+class SelfAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(32, 4, batch_first=True)
+
+    def forward(self, x):
+        return self.mha(x, x, x, need_weights=False)[0]
+
+
+class Upsampler(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.shuffle = nn.ConvTranspose2d(8, 8, 4, stride=2, padding=1), nn.PixelShuffle(2)
+        self.conv = nn.Conv2d(2, 3, 3, padding=1)
+
+    def forward(self, x, grid):
+        y = self.conv(self.shuffle(torch.relu(self.up(x))))
+        y = F.interpolate(y, scale_factor=0.5, mode="bicubic", align_corners=False)
+        return F.grid_sample(y, grid, align_corners=False)
+
+
+class Constructs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(50, 16, padding_idx=0)
+        self.conv = nn.utils.parametrizations.weight_norm(nn.Conv1d(16, 16, 3, padding=1))
+
+    def forward(self, ids, x):
+        y = self.conv(self.emb(ids).transpose(1, 2)).transpose(1, 2)
+        top, index = torch.topk(y, 3, dim=-1)
+        ranked = torch.sort(x, dim=-1, descending=True)[0]
+        running = torch.cumsum(ranked, -1) / torch.arange(1, x.shape[-1] + 1, device=x.device)
+        scores = torch.einsum("btd,bsd->bts", y, y).softmax(-1)
+        patches = F.unfold(x.view(x.shape[0], 1, 8, 8), 3, padding=1)
+        buckets = torch.bucketize(x, torch.linspace(-2, 2, 9, device=x.device))
+        return top.sum(-1) + index.float().mean(-1), running, scores, patches, buckets
+
+
+class FFTReal(nn.Module):
+    def forward(self, x):
+        return torch.fft.fft2(x).real
+
+
+CASES = {
+    "transformer_encoder": (lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(32, 4, 64, batch_first=True), 2,
+                                                          enable_nested_tensor=False).eval(),
+                            lambda: (torch.randn(2, 10, 32),)),
+    "multihead_attention": (lambda: SelfAttention().eval(), lambda: (torch.randn(2, 10, 32),)),
+    "lstm": (lambda: LSTMHead().eval(), lambda: (torch.randn(2, 12, 16),)),
+    "gru_bidirectional": (lambda: BiGRU().eval(), lambda: (torch.randn(2, 12, 16),)),
+    "upsampler": (lambda: Upsampler().eval(), lambda: (torch.randn(2, 8, 8, 8), torch.rand(2, 8, 8, 2) * 2 - 1)),
+    "constructs": (lambda: Constructs().eval(), lambda: (torch.randint(0, 50, (2, 12)), torch.randn(2, 64))),
+    "fft": (lambda: FFTReal().eval(), lambda: (torch.randn(2, 8, 8),)),
+    "tv_vit": (lambda: __import__("torchvision").models.VisionTransformer(
+        image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=10).eval(),
+               images(32)),
+    "shufflenet": (tv("shufflenet_v2_x0_5", num_classes=10), images()),
+    "densenet121": (tv("densenet121", num_classes=10), images()),
+    "squeezenet": (tv("squeezenet1_1", num_classes=10), images()),
+    "regnet": (tv("regnet_y_400mf", num_classes=10), images()),
+    "googlenet": (tv("googlenet", num_classes=10, aux_logits=False, init_weights=True), images()),
+    "r3d_18": (tv("video.r3d_18", num_classes=10), lambda: (torch.randn(1, 3, 4, 32, 32),)),
+    "deeplabv3_aux": (tv("segmentation.deeplabv3_mobilenet_v3_large", num_classes=5, aux_loss=True,
+                         weights_backbone=None), images()),
+    "fcn": (tv("segmentation.fcn_resnet50", num_classes=5, aux_loss=False, weights_backbone=None), images(batch=1)),
+    "distilbert": (hf("DistilBertConfig", "DistilBertModel", vocab_size=100, dim=32, n_layers=2, n_heads=2,
+                      hidden_dim=64), tokens()),
+    "roberta": (hf("RobertaConfig", "RobertaModel", vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                   num_attention_heads=2, intermediate_size=64, max_position_embeddings=40), tokens()),
+    "albert": (hf("AlbertConfig", "AlbertModel", vocab_size=100, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                  num_attention_heads=2, intermediate_size=64, max_position_embeddings=40), tokens()),
+    "opt": (hf("OPTConfig", "OPTModel", vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+               ffn_dim=64, max_position_embeddings=40, word_embed_proj_dim=32, use_cache=False), tokens()),
+    "gptj": (hf("GPTJConfig", "GPTJModel", vocab_size=100, n_embd=32, n_layer=2, n_head=4, rotary_dim=4,
+                n_positions=64, use_cache=False), tokens(mask=False)),
+    "mistral": (hf("MistralConfig", "MistralModel", vocab_size=100, hidden_size=32, intermediate_size=64,
+                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, sliding_window=8,
+                   use_cache=False, attn_implementation="sdpa"), tokens()),
+    "gemma2": (hf("Gemma2Config", "Gemma2Model", vocab_size=100, hidden_size=32, intermediate_size=64,
+                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=8,
+                  use_cache=False, attn_implementation="eager"), tokens(mask=False)),
+    "t5": (hf("T5Config", "T5ForConditionalGeneration", vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2,
+              num_heads=4, relative_attention_num_buckets=8, use_cache=False, decoder_start_token_id=0),
+           lambda: (torch.randint(0, 100, (2, 12)), torch.ones(2, 12, dtype=torch.int64), torch.randint(0, 100, (2, 6)))),
+    "clip": (hf("CLIPConfig", "CLIPModel", projection_dim=16,
+                text_config=dict(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=64, max_position_embeddings=20),
+                vision_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                                   image_size=32, patch_size=8)),
+             lambda: (torch.randint(0, 100, (2, 10)), torch.randn(2, 3, 32, 32))),
+    "wav2vec2": (hf("Wav2Vec2Config", "Wav2Vec2Model", hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                    intermediate_size=64, conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3),
+                    num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, feat_extract_norm="group",
+                    mask_time_prob=0.0), lambda: (torch.randn(2, 800),)),
+    "dinov2": (hf("Dinov2Config", "Dinov2Model", hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                  intermediate_size=64, image_size=56, patch_size=14), images(70)),
+    "levit": (timm_model("levit_128s", num_classes=10, img_size=64), images()),
+    "beit": (timm_model("beit_base_patch16_224", num_classes=10, img_size=32, patch_size=8, embed_dim=32, depth=2,
+                        num_heads=2), images(32)),
+    "xcit": (timm_model("xcit_nano_12_p16_224", num_classes=10, img_size=64), images()),
+}
+
+
+def relative_errors(got, ref) -> list[float]:
+    if isinstance(ref, dict):  # a transformers ModelOutput comes back as a dict
+        ref = dict(ref)
+    errors = []
+    for g, r in zip(_pytree.tree_leaves(got), _pytree.tree_leaves(ref)):
+        if isinstance(r, torch.Tensor) and r.is_floating_point():
+            if not r.any():
+                raise AssertionError("an eager output is all zeros: the comparison would prove nothing")
+            errors.append(float((g.double() - r.double()).norm() / r.double().norm()))
+    return errors
+
+
+def check(name: str, out: Path) -> dict:
+    from aotcombo.builder.pipeline import build_package
+    from aotcombo.tools import interpret
+
+    make_model, make_inputs = CASES[name]
+    start = time.perf_counter()
+    try:
+        torch.manual_seed(0)
+        model, example = make_model(), make_inputs()
+        with torch.no_grad():  # zero-initialised heads (torchvision's ViT) would make every output zero
+            for parameter in model.parameters():
+                if parameter.dim() >= 2 and not parameter.any():
+                    parameter.normal_(0.0, 0.02)
+        result = build_package(model, example, arch=["sm_90"], name=f"sweep_{name}", out=out / name, cache=True)
+        inputs = make_inputs()
+        with torch.no_grad():
+            ref = model(*inputs)
+        got = interpret.run_variant(result, 0, [t.clone() for t in inputs])
+        errors = relative_errors(got, ref)
+        return {"case": name, "ok": bool(errors) and max(errors) <= 1e-4, "max_error": max(errors, default=None),
+                "launches": result.summary()["launches_per_forward"], "extern_ops": list(result.manifest.extern_ops),
+                "seconds": round(time.perf_counter() - start, 1)}
+    except Exception as exc:  # noqa: BLE001 - a sweep records every failure and goes on
+        return {"case": name, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:800],
+                "where": traceback.format_exc().splitlines()[-3:]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("cases", nargs="*", default=list(CASES), help=f"some of: {', '.join(CASES)}")
+    parser.add_argument("--out", type=Path, help="also write the JSON lines here")
+    args = parser.parse_args()
+    unknown = [c for c in args.cases if c not in CASES]
+    if unknown:
+        parser.error(f"unknown case(s): {', '.join(unknown)}")
+    import tempfile
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="aotcombo-sweep-") as tmp:
+        for name in args.cases:
+            rows.append(check(name, Path(tmp)))
+            print(json.dumps(rows[-1]), flush=True)
+    if args.out:
+        args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    failed = [r["case"] for r in rows if not r["ok"]]
+    print(f"{len(rows) - len(failed)} of {len(rows)} match eager; failed: {', '.join(failed) or 'none'}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
