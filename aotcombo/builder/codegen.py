@@ -254,11 +254,17 @@ def _expr(value) -> str:
     return _literal(value)
 
 
+def _op_parts(op: str) -> tuple[str, str, str]:
+    """``namespace::name.overload`` as (namespace, name, overload)."""
+    namespace, rest = op.split("::")
+    name, overload = rest.split(".") if "." in rest else (rest, "default")
+    return namespace, name, overload
+
+
 def _op_call(op: str) -> str:
     if op == ATTENTION:
         return "attention"  # runtime/ops.py: the public API in place of Inductor's private ops
-    namespace, rest = op.split("::")
-    name, overload = rest.split(".") if "." in rest else (rest, "default")
+    namespace, name, overload = _op_parts(op)
     prefix = "aten" if namespace == "aten" else f"torch.ops.{namespace}"
     return f"{prefix}.{name}.{overload}"
 
@@ -388,8 +394,7 @@ def _overload(op: str):
     """The torch op overload named ``namespace::name.overload``, or None."""
     import torch
 
-    namespace, rest = op.split("::")
-    name, overload = rest.split(".") if "." in rest else (rest, "default")
+    namespace, name, overload = _op_parts(op)
     return getattr(getattr(getattr(torch.ops, namespace), name, None), overload, None)
 
 

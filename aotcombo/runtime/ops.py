@@ -12,10 +12,11 @@ kernel the trace had named). Calls of a few query rows over many keys (a decode 
 kernels of the package instead (builder/decode_attention.py).
 
 The program's later kernels read the output through the strides the trace gave it, so the
-result is returned in exactly that layout (``in_strides`` does the same for every other op
-that returns a new tensor, a convolution's say, whose layout the backend picks at run time): ``"bmhk"``, a (batch, queries, heads, dim)
+result is returned in exactly that layout: ``"bmhk"``, a (batch, queries, heads, dim)
 buffer viewed as (batch, heads, queries, dim), as the fused kernels write it, or
 ``"contiguous"``. The fused kernels return that layout already; anything else is copied.
+``in_strides`` does the same for every other op that returns a new tensor (a convolution's,
+whose layout the backend picks at run time).
 """
 
 from __future__ import annotations
@@ -35,15 +36,12 @@ def attention(query, key, value, *, layout: str, attn_mask=None, is_causal: bool
 def in_layout(out: torch.Tensor, layout: str) -> torch.Tensor:
     """``out`` with the strides ``layout`` names, copied only when it has others."""
     b, h, m, k = out.shape
-    stride = (m * h * k, k, h * k, 1) if layout == "bmhk" else (h * m * k, m * k, k, 1)
-    if all(n == 1 or s == t for n, s, t in zip(out.shape, out.stride(), stride)):  # size-1 dims: any stride
-        return out
-    return torch.empty_strided(out.shape, stride, dtype=out.dtype, device=out.device).copy_(out)
+    return in_strides(out, (m * h * k, k, h * k, 1) if layout == "bmhk" else (h * m * k, m * k, k, 1))
 
 
 def in_strides(out: torch.Tensor, stride: tuple) -> torch.Tensor:
     """``out``, a new tensor an op returned, with the strides the trace planned for it (the
     program's kernels read it through them), copied only when the backend chose others."""
-    if all(n == 1 or s == t for n, s, t in zip(out.shape, out.stride(), stride)):
+    if all(n == 1 or s == t for n, s, t in zip(out.shape, out.stride(), stride)):  # size-1 dims: any stride
         return out
     return torch.empty_strided(out.shape, stride, dtype=out.dtype, device=out.device).copy_(out)
