@@ -57,6 +57,19 @@ def host_us(fn, calls: int = 400) -> float:
     return statistics.median(times)
 
 
+def gpu_us(fn, calls: int = 100) -> float:
+    """Median GPU time of ``fn()`` in us (CUDA events around each call)."""
+    times = []
+    for _ in range(calls):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
 _kept: list = [None]
 
 
@@ -65,13 +78,21 @@ def keep(outputs) -> None:
     _kept[0] = outputs
 
 
+def _bound_to(package, inputs):
+    """A graph bound to ``inputs`` that writes the main graph's outputs (``copy_outputs=False``)."""
+    loaded = package.load("cuda", graphs=True, copy_outputs=False)
+    for _ in range(4):
+        loaded(*inputs)
+    return next(iter(loaded._bound._graphs.values()))
+
+
 def pieces(name: str) -> str:
     """Host time of the default call's pieces on a graph bound to its inputs, against the static call's."""
     from aotcombo.runtime.bound import _data_ptr
 
     package = import_package(name)
     _, sets = sample(name)
-    inputs = sets[0]
+    inputs = tuple(sets[0])
     with torch.no_grad():
         loaded = package.load("cuda", graphs=True)
         for _ in range(4):
@@ -91,6 +112,8 @@ def pieces(name: str) -> str:
         row["free slot, last held"] = host_us(slots.free)
         del kept
         row.update({"bound replay": host_us(graph.replay), "main replay": host_us(static._graph.replay),
+                    "bound replay on the GPU": gpu_us(graph.replay), "main replay on the GPU": gpu_us(static._graph.replay),
+                    "bound replay on the GPU, static outputs": gpu_us(_bound_to(package, inputs).replay),
                     "default call": host_us(lambda: loaded(*inputs)),
                     "default call, y = m(x)": host_us(lambda: keep(loaded(*inputs))),
                     "static call": host_us(lambda: static(*held))})

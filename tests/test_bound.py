@@ -1,13 +1,32 @@
 """Graphs bound to the caller's input addresses (runtime/bound.py), without a GPU: a fake
 capture whose "graph" runs the captured function at each replay, so which graph a call
-takes, which slot it writes and what the caller gets back are all checked on the CPU.
+takes, which slot it writes and what the caller gets back are all checked on the CPU,
+with each guard: the C one (runtime/_guard.c, compiled here) and torch's TensorGuards.
 The GPU half is tests/test_gpu_call_path.py."""
 
 import pytest
 import torch
 
-from aotcombo.runtime.bound import MAX_GRAPHS, BoundGraphs, tensor_guard
+from aotcombo.runtime import shim
+from aotcombo.runtime.bound import MAX_GRAPHS, BoundGraphs, PointerSets, input_guard
 from aotcombo.runtime.outputs import OutputSlots
+
+
+@pytest.fixture(autouse=True, params=["C guard", "TensorGuards"])
+def guard_kind(request, monkeypatch):
+    """Every test runs with the C guard and with TensorGuards (as in the pure wheel)."""
+    if request.param == "C guard":
+        from native_support import compiled
+
+        monkeypatch.setattr(shim, "_guard", compiled("_guard"))
+    else:
+        monkeypatch.setattr(shim, "_guard", None)
+    return request.param
+
+
+def test_the_guard_is_the_one_asked_for(guard_kind):
+    guard = input_guard((torch.zeros(4), torch.zeros(4)))
+    assert isinstance(guard, PointerSets) == (guard_kind == "TensorGuards")
 
 
 class _Graph:
@@ -58,7 +77,7 @@ def _bound(mutates=False, places=False, fixed=False):
         captured.append(_FixedGraph(fn, runs) if fixed else _Graph(fn))
         return captured[-1]
 
-    bound = BoundGraphs(run, static, [16, 16], slots, capture, tensor_guard(static), places)
+    bound = BoundGraphs(run, static, [16, 16], slots, capture, input_guard(static), places)
     return bound, static, captured, runs
 
 
@@ -192,3 +211,28 @@ def test_a_new_address_set_on_a_slot_takes_its_own_graph():
             y = bound.replay(pair)
             assert y is None or torch.equal(y[0], pair[0] * 2 + pair[1])
     assert len(captured) == 2 and captured[0].inputs is not captured[1].inputs
+
+
+def test_static_outputs_are_the_one_slot_of_copy_outputs_false():
+    """With ``copy_outputs=False`` a bound graph writes the main graph's own outputs: every
+    replay hands out the same tensors, whoever holds them."""
+    from aotcombo.runtime.outputs import StaticOutputs
+
+    static_out = [torch.zeros(4)]
+
+    def run(inputs, out=None):
+        x, b = inputs
+        return (torch.add(x * 2, b, out=out[0]) if out is not None else x * 2 + b, None)
+
+    static = (torch.zeros(4), torch.zeros(4))
+    captured = []
+    bound = BoundGraphs(run, static, [16, 16], StaticOutputs(static_out),
+                        lambda fn: captured.append(_Graph(fn)) or captured[-1], input_guard(static), True)
+    pairs = [(torch.randn(4), torch.randn(4)) for _ in range(2)]
+    for pair in pairs:
+        assert bound.replay(pair) is None  # first sight: the main graph's path
+    for _ in range(2):
+        for x, b in pairs:
+            y = bound.replay((x, b))
+            assert y is static_out and torch.equal(y[0], x * 2 + b)
+    assert len(captured) == 2

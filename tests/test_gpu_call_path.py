@@ -10,6 +10,7 @@ Run on the device machine through ``scripts/gpu_check.sh``.
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -83,13 +84,33 @@ def test_recurring_inputs_are_read_in_place_by_graphs_bound_to_them(sample):
             _check(name, got, ref, f"round {round_}, input set {k}")
             if round_ == 2:
                 kept.append((got, ref))
-    print(f"\n{name}: {len(loaded._bound)} graphs bound to recurring inputs")
+    guard = type(loaded._bound._guard).__name__
+    print(f"\n{name}: {len(loaded._bound)} graphs bound to recurring inputs, checked by {guard}")
     assert len(loaded._bound) >= 3, "each recurring input set has a graph of its own"
+    if (Path(import_package(name).__file__).parent / "_runtime" / "_guard.abi3.so").exists():  # the native wheel
+        assert guard == "Guard", f"the C guard is not used with torch {torch.__version__}"
     for k, (got, ref) in enumerate(kept):
         _check(name, got, ref, f"output of input set {k} kept through later calls")
     for call in range(6):
         inputs = [fresh_like(t, generator) for t in example]
         _check(name, loaded(*inputs), _eager(model, inputs), f"new tensors, call {call}")
+
+
+def test_static_outputs_with_recurring_inputs(sample):
+    """``copy_outputs=False`` with the caller's recurring tensors: graphs bound to them write the
+    main graph's own outputs (the same tensors every call), and each answer is right."""
+    name, model, example = sample
+    loaded = import_package(name).load("cuda", copy_outputs=False)
+    generator = torch.Generator(device="cuda").manual_seed(23)
+    sets = [[fresh_like(t, generator) for t in example] for _ in range(2)]
+    pointers = set()
+    for round_ in range(4):
+        for k, inputs in enumerate(sets):
+            got = loaded(*inputs)
+            _check(name, got, _eager(model, inputs), f"round {round_}, input set {k}")
+            if round_:
+                pointers.add(tuple(t.data_ptr() for t in (got if isinstance(got, tuple) else [got])))
+    assert len(loaded._bound) == 2 and len(pointers) == 1, "bound graphs write the static outputs"
 
 
 def test_inputs_changed_in_place_after_binding(sample):

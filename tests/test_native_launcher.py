@@ -5,7 +5,6 @@ as the ctypes launcher does, with the same errors. The GPU side is in test_gpu_r
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import struct
 import tempfile
 from ctypes import POINTER, c_int, c_uint64, c_void_p
@@ -22,12 +21,10 @@ LAUNCH_EX = ctypes.CFUNCTYPE(c_int, POINTER(cuda.LaunchConfig), c_void_p, POINTE
 
 
 @pytest.fixture(scope="module")
-def ext(tmp_path_factory):
-    path = native.compile_to(tmp_path_factory.mktemp("native"))
-    spec = importlib.util.spec_from_file_location("_launch", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def ext():
+    from native_support import compiled
+
+    return compiled("_launch")
 
 
 class FakeDriver:
@@ -76,31 +73,34 @@ def _launcher(ext, driver, kinds=b"ppp", tail=(), pointer_of=torch.Tensor.data_p
 def test_compiles_reproducibly_with_no_paths_inside(tmp_path):
     first, problem = native._compile.__wrapped__()
     second, _ = native._compile.__wrapped__()
-    assert problem is None and first == second and first.startswith(b"\x7fELF")
-    for banned in (tempfile.gettempdir().encode() + b"/", str(native.SOURCE.parent).encode(), b"aotcombo-native"):
-        assert banned not in first
-    assert native.compile_to(tmp_path).read_bytes() == first
+    assert problem is None and first == second and set(first) == {"_launch.abi3.so", "_guard.abi3.so"}
+    for data in first.values():
+        assert data.startswith(b"\x7fELF")
+        for banned in (tempfile.gettempdir().encode() + b"/", str(native.RUNTIME).encode(), b"aotcombo-native"):
+            assert banned not in data
+    assert {p.name: p.read_bytes() for p in native.compile_to(tmp_path).values()} == first
 
 
-def test_compiles_without_warnings_against_the_limited_api(ext, tmp_path):
-    """The source defines Py_LIMITED_API (3.10): a call outside the stable ABI would be undeclared,
+@pytest.mark.parametrize("filename", sorted(native.SOURCES))
+def test_compiles_without_warnings_against_the_limited_api(filename, tmp_path):
+    """Each source defines Py_LIMITED_API (3.10): a call outside the stable ABI would be undeclared,
     which FLAGS make an error; here any warning at all fails."""
     import subprocess
     import sysconfig
 
-    assert b"#define Py_LIMITED_API 0x030A0000" in native.SOURCE.read_bytes()
+    source = native.SOURCES[filename]
+    assert b"#define Py_LIMITED_API 0x030A0000" in source.read_bytes()
     assert "-Werror=implicit-function-declaration" in native.FLAGS
     run = subprocess.run([*native.compiler(), *native.FLAGS, "-Wextra", "-Werror", "-I" + sysconfig.get_paths()["include"],
-                          str(native.SOURCE), "-o", str(tmp_path / native.FILENAME)], capture_output=True, text=True)
+                          str(source), "-o", str(tmp_path / filename)], capture_output=True, text=True)
     assert run.returncode == 0 and run.stderr == "", run.stderr
-    assert ext.__name__ == "_launch" and callable(ext.launcher)
 
 
 def test_no_compiler_is_one_warning_and_no_file(monkeypatch, capsys):
     monkeypatch.setenv("CC", "/nonexistent/cc")
     native._compile.cache_clear()
     try:
-        assert native.extension() is None and native.extension() is None
+        assert native.extensions() is None and native.extensions() is None
     finally:
         native._compile.cache_clear()
     err = capsys.readouterr().err.splitlines()
@@ -110,7 +110,7 @@ def test_no_compiler_is_one_warning_and_no_file(monkeypatch, capsys):
 
 def test_native_off_by_environment_is_silent(monkeypatch, capsys):
     monkeypatch.setenv("AOTCOMBO_NATIVE", "0")
-    assert native.extension() is None
+    assert native.extensions() is None
     assert capsys.readouterr().err == ""
 
 

@@ -896,7 +896,7 @@ def test_output_slots_carve_one_allocation_per_dtype():
     for a, b, s in zip(first, second, sources):
         assert torch.equal(a, s) and torch.equal(b, s) and a.shape == s.shape and a.dtype == s.dtype
         assert a.numel() == 0 or a.data_ptr() != b.data_ptr() != s.data_ptr()
-        assert a.data_ptr() % 16 == 0  # each starts 16-byte aligned
+        assert a.numel() == 0 or (a.data_ptr() - a.untyped_storage().data_ptr()) % 512 == 0  # as torch aligns
     assert first[1].stride() == (6, 1) and first[0].stride() == (5, 1)  # the source's strides (a program writes there)
     assert first[2].stride() == (2, 1)  # an expand's: dense
     floats = {t.untyped_storage().data_ptr() for t in first if t.dtype == torch.float32}
@@ -927,25 +927,34 @@ def test_output_slots_are_reused_only_when_the_caller_let_go():
     assert [float(h[0][0]) for h in held] == list(range(6, 12)) and len(sets.slots) <= 2
 
 
-def test_a_held_slot_is_passed_over_at_its_first_tensor(monkeypatch):
-    """In ``y = m(x)`` the caller holds the last call's outputs while the next runs: that slot is
-    passed over at its first tensor's count, so only the free slot's counts are read; a slot
-    of which the caller keeps only a later tensor is still never reused."""
+@pytest.mark.parametrize("counts", ["C", "Python"])
+def test_a_slot_the_caller_holds_any_tensor_of_is_never_reused(monkeypatch, counts):
+    """Reference counts read in C (runtime/_guard.c) or in Python (the pure wheel): in ``y = m(x)``
+    the two slots alternate; a slot of which the caller keeps only its last tensor is not reused."""
+    import sys
+
     from aotcombo.runtime import outputs
 
+    if counts == "C":
+        from native_support import compiled
+
+        guard = compiled("_guard")
+        monkeypatch.setattr(outputs, "refcounts", guard.refcounts)
+        monkeypatch.setattr(outputs, "same_refcounts", guard.same_refcounts)
+    else:
+        monkeypatch.setattr(outputs, "refcounts", lambda tensors: tuple(map(sys.getrefcount, tensors)))
+        monkeypatch.setattr(outputs, "same_refcounts", lambda tensors, c: outputs.refcounts(tensors) == c)
     sets = OutputSlots([torch.zeros(4), torch.zeros(3), torch.zeros(2)])
-    reads = []
-    counting = outputs._refcounts
-    monkeypatch.setattr(outputs, "_refcounts", lambda tensors: reads.append(1) or counting(tensors))
     y = tuple(sets())
-    y = tuple(sets())
-    reads.clear()
+    pointers = {y[0].data_ptr()}
     for _ in range(4):
         y = tuple(sets())
-    assert len(reads) == 4 and len(sets.slots) == 2  # one slot's counts read per call
+        pointers.add(y[0].data_ptr())
+    assert len(pointers) == 2 and len(sets.slots) == 2  # two slots, alternating
     last = y[2]
     del y
     z = tuple(sets())
     assert z[2].data_ptr() != last.data_ptr()  # the slot holding ``last`` is not reused
     w = tuple(sets())
     assert w[2].data_ptr() != last.data_ptr() and w[2].data_ptr() != z[2].data_ptr()  # every slot held: a new set
+

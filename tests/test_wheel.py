@@ -86,15 +86,16 @@ def test_wheel_contents(wheel):
     assert manifest.archs == (90,) and manifest.inputs[0].shape == (8, 32)
 
 
-def test_native_wheel_is_tagged_for_its_launcher(wheel, native_wheel):
-    """The same package plus the C launcher, tagged with the platform the .so was built for."""
-    tag = native.wheel_tag(native.extension())
+def test_native_wheel_is_tagged_for_its_extensions(wheel, native_wheel):
+    """The same package plus the C extensions, tagged with the platform the .so files were built for."""
+    tag = native.wheel_tag(native.extensions())
     assert native_wheel.name == f"smallpkg-0.1.0-{tag}.whl" and tag.startswith("cp310-abi3-manylinux_2_")
     assert tag.endswith("_" + platform.machine())
     pure, native_zip = zipfile.ZipFile(wheel), zipfile.ZipFile(native_wheel)
-    assert native_zip.read("smallpkg/_runtime/_launch.abi3.so") == native.extension()
+    for filename, data in native.extensions().items():
+        assert native_zip.read(f"smallpkg/_runtime/{filename}") == data
     extra = set(native_zip.namelist()) - set(pure.namelist())
-    assert extra == {"smallpkg/_runtime/_launch.abi3.so"}
+    assert extra == {"smallpkg/_runtime/_launch.abi3.so", "smallpkg/_runtime/_guard.abi3.so"}
     wheel_file = native_zip.read("smallpkg-0.1.0.dist-info/WHEEL").decode()
     assert "Root-Is-Purelib: false" in wheel_file and f"Tag: {tag}" in wheel_file
 
@@ -133,6 +134,8 @@ def test_installs_and_imports_without_the_build_toolchain(built, torch_only_venv
         "print(smallpkg.manifest.name, smallpkg.__doc__.splitlines()[0])\n"
         "from smallpkg._runtime import cuda\n"
         "print('launcher', cuda.launcher.__name__, cuda._launch and cuda._launch.__file__.rsplit('/', 1)[1])\n"
+        "from smallpkg._runtime import shim\n"
+        "print('guard', shim.native_guard((torch.zeros(2),), 4) is not None)\n"
         "try:\n"
         "    smallpkg.load('cuda')\n"
         "except RuntimeError as e:\n"
@@ -147,9 +150,9 @@ def test_installs_and_imports_without_the_build_toolchain(built, torch_only_venv
     assert "smallpkg smallpkg: a PyTorch model compiled ahead of time" in out
     assert "load error:" in out and "torch.cuda is not available" in out
     if kind == "native":
-        assert "launcher native_launcher _launch.abi3.so" in out, out
+        assert "launcher native_launcher _launch.abi3.so" in out and "guard True" in out, out
     else:
-        assert "launcher ctypes_launcher None" in out, out
+        assert "launcher ctypes_launcher None" in out and "guard False" in out, out
 
 
 @pytest.mark.parametrize("how", ["env", "option"])

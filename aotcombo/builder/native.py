@@ -1,17 +1,18 @@
-"""The runtime's C launcher (``runtime/_launch.c``), compiled at package time.
+"""The runtime's C extensions (``runtime/_launch.c``, ``runtime/_guard.c``), compiled at package time.
 
-``extension()`` returns the bytes of ``_launch.abi3.so`` (``FILENAME``), which goes into
-the package's native wheel as ``<name>/_runtime/_launch.abi3.so`` (``wheel_tag`` names
-that wheel's platform); the runtime imports it when it can and launches through ctypes
-when it cannot. It uses only
-CPython's stable ABI (3.10 and later) and links to nothing but libc, so a wheel built
-on one Python runs on later ones; no compiler is needed where the wheel is installed.
+``extensions()`` returns the bytes of each (``_launch.abi3.so``: the kernel launcher;
+``_guard.abi3.so``: the input check of graphs bound to the caller's tensors), by file name;
+they go into the package's native wheel as ``<name>/_runtime/<file>`` (``wheel_tag`` names
+that wheel's platform). The runtime imports them when it can, and launches through ctypes
+and checks inputs with torch's TensorGuards when it cannot. They use only CPython's stable
+ABI (3.10 and later) and link to nothing but libc, so a wheel built on one Python runs on
+later ones; no compiler is needed where the wheel is installed.
 
 Compiled once per process, with the C compiler ``$CC`` (default ``cc``) and this
 Python's headers, in a temporary folder, with fixed flags and no build id: the same
 compiler gives the same bytes on every build (a different compiler version gives other
 bytes, and so another wheel). ``None`` comes back, with one warning line on stderr, when
-there is no C compiler or no Python headers, or the compile fails; ``AOTCOMBO_NATIVE=0``
+there is no C compiler or no Python headers, or a compile fails; ``AOTCOMBO_NATIVE=0``
 (``aotcombo build --no-native``) asks for ``None`` without a warning: only the pure
 wheel is written then.
 """
@@ -31,8 +32,8 @@ from pathlib import Path
 
 from ..errors import EnvironmentError_
 
-SOURCE = Path(__file__).resolve().parent.parent / "runtime" / "_launch.c"
-FILENAME = "_launch.abi3.so"
+RUNTIME = Path(__file__).resolve().parent.parent / "runtime"
+SOURCES = {"_launch.abi3.so": RUNTIME / "_launch.c", "_guard.abi3.so": RUNTIME / "_guard.c"}  # file: source
 # -s and no build id: nothing in the file depends on where or when it was built. A call
 # outside the limited API is undeclared under Py_LIMITED_API: an error, not a warning.
 FLAGS = ("-O2", "-std=c11", "-fPIC", "-shared", "-Wall", "-Werror=implicit-function-declaration", "-s",
@@ -43,9 +44,9 @@ def disabled_by_env() -> bool:
     return os.environ.get("AOTCOMBO_NATIVE", "").strip().lower() in ("0", "false", "no", "off")
 
 
-def extension(required: bool = False) -> bytes | None:
-    """The compiled launcher, or None (see the module docstring); ``required``: a launcher
-    that cannot be compiled is a BuildError, not a warning."""
+def extensions(required: bool = False) -> dict[str, bytes] | None:
+    """The compiled extensions by file name, or None (see the module docstring); ``required``:
+    an extension that cannot be compiled is a BuildError, not a warning."""
     if disabled_by_env() and not required:
         return None
     data, problem = _compile()
@@ -60,27 +61,32 @@ _MACHINES = {62: "x86_64", 183: "aarch64"}  # ELF e_machine
 _GLIBC = re.compile(rb"GLIBC_2\.(\d+)")
 
 
-def wheel_tag(so: bytes) -> str:
-    """The wheel tag that tells the truth about the compiled launcher: CPython's stable
-    ABI from 3.10, and the manylinux platform of its machine and the newest glibc symbol
-    version it needs (``cp310-abi3-manylinux_2_17_x86_64``)."""
-    if so[:4] != b"\x7fELF" or so[4] != 2:
-        raise ValueError("the C launcher is not a 64-bit ELF file")
-    machine = _MACHINES.get(int.from_bytes(so[18:20], "little" if so[5] == 1 else "big"))
-    if machine is None:
-        raise ValueError("the C launcher was built for a machine aotcombo does not tag")
-    glibc = max([17, *(int(v) for v in _GLIBC.findall(so))])
-    return f"cp310-abi3-manylinux_2_{glibc}_{machine}"
+def wheel_tag(files: dict[str, bytes]) -> str:
+    """The wheel tag that tells the truth about the compiled extensions: CPython's stable
+    ABI from 3.10, and the manylinux platform of their machine and the newest glibc symbol
+    version they need (``cp310-abi3-manylinux_2_17_x86_64``)."""
+    machines, glibc = set(), 17
+    for name, so in files.items():
+        if so[:4] != b"\x7fELF" or so[4] != 2:
+            raise ValueError(f"{name} is not a 64-bit ELF file")
+        machines.add(_MACHINES.get(int.from_bytes(so[18:20], "little" if so[5] == 1 else "big")))
+        glibc = max([glibc, *(int(v) for v in _GLIBC.findall(so))])
+    if None in machines or len(machines) != 1:
+        raise ValueError("the C extensions were built for a machine aotcombo does not tag")
+    return f"cp310-abi3-manylinux_2_{glibc}_{machines.pop()}"
 
 
-def compile_to(folder: str | Path) -> Path:
-    """Compile the launcher into ``folder``; returns the file. Raises RuntimeError saying why not."""
-    data, problem = _compile()
+def compile_to(folder: str | Path) -> dict[str, Path]:
+    """Compile the extensions into ``folder``; returns their files by name (``_launch``,
+    ``_guard``). Raises RuntimeError saying why not."""
+    files, problem = _compile()
     if problem:
         raise RuntimeError(problem)
-    path = Path(folder) / FILENAME
-    path.write_bytes(data)
-    return path
+    paths = {}
+    for filename, data in files.items():
+        paths[filename.split(".")[0]] = path = Path(folder) / filename
+        path.write_bytes(data)
+    return paths
 
 
 def compiler() -> list[str] | None:
@@ -92,26 +98,30 @@ def compiler() -> list[str] | None:
 
 
 @functools.lru_cache(maxsize=None)
-def _compile() -> tuple[bytes | None, str | None]:
-    """(bytes, None), or (None, why not) as a warning line."""
-    fallback = "the package will launch kernels through ctypes, a few microseconds slower per launch"
+def _compile() -> tuple[dict[str, bytes] | None, str | None]:
+    """({file: bytes}, None), or (None, why not) as a warning line."""
+    fallback = ("the package will launch kernels through ctypes, a few microseconds slower per launch, and check "
+                "inputs with torch's TensorGuards")
     cc = compiler()
     if cc is None:
-        return None, f"no C compiler ({os.environ.get('CC') or 'cc'}) to build the C launcher: {fallback}"
+        return None, f"no C compiler ({os.environ.get('CC') or 'cc'}) to build the C extensions: {fallback}"
     include = sysconfig.get_paths()["include"]
     if not (Path(include) / "Python.h").is_file():
-        return None, f"no Python headers in {include} (python3-dev) to build the C launcher: {fallback}"
+        return None, f"no Python headers in {include} (python3-dev) to build the C extensions: {fallback}"
+    files = {}
     with tempfile.TemporaryDirectory(prefix="aotcombo-native-") as tmp:
-        shutil.copyfile(SOURCE, Path(tmp) / SOURCE.name)  # compiled by its bare name: no path in the file
-        command = [*cc, *FLAGS, f"-I{include}", SOURCE.name, "-o", FILENAME]
-        try:
-            run = subprocess.run(command, cwd=tmp, capture_output=True, text=True, timeout=120)
-        except (OSError, subprocess.SubprocessError) as exc:
-            return None, f"{cc[0]} could not build the C launcher ({exc}): {fallback}"
-        if run.returncode:
-            first = (run.stderr.strip().splitlines() or ["no message"])[0]
-            return None, f"{cc[0]} failed to build the C launcher ({first}): {fallback}"
-        return (Path(tmp) / FILENAME).read_bytes(), None
+        for filename, source in SOURCES.items():
+            shutil.copyfile(source, Path(tmp) / source.name)  # compiled by its bare name: no path in the file
+            command = [*cc, *FLAGS, f"-I{include}", source.name, "-o", filename]
+            try:
+                run = subprocess.run(command, cwd=tmp, capture_output=True, text=True, timeout=120)
+            except (OSError, subprocess.SubprocessError) as exc:
+                return None, f"{cc[0]} could not build {source.name} ({exc}): {fallback}"
+            if run.returncode:
+                first = (run.stderr.strip().splitlines() or ["no message"])[0]
+                return None, f"{cc[0]} failed to build {source.name} ({first}): {fallback}"
+            files[filename] = (Path(tmp) / filename).read_bytes()
+    return files, None
 
 
 @functools.lru_cache(maxsize=None)

@@ -35,7 +35,7 @@ class BuildOptions:
     shapes: ShapeMode = Static()
     cache: object = True  # True: the default cache folder; False: none; a path: that folder
     jobs: int | None = None  # kernels compiled at once (None: the CPUs available)
-    native: bool | None = None  # the C launcher: None (if a compiler is here), True, False
+    native: bool | None = None  # the C extensions: None (if a compiler is here), True, False
     weights: str = "packaged"  # "packaged" in the wheel, or "external": given to load(weights=...)
     pdl: bool = True  # programmatic dependent launch on sm_90 and later
 

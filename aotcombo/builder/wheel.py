@@ -6,8 +6,9 @@ and a copy of ``aotcombo/runtime`` as ``<name>/_runtime``. Two wheels of it:
 * ``<name>-<version>-py3-none-any.whl``: pure Python; the runtime launches kernels
   through ctypes. It installs wherever torch does (Linux x86-64 or aarch64, any CPython).
 * ``<name>-<version>-cp310-abi3-manylinux_2_17_x86_64.whl`` (the tag read off the
-  binary, see ``native.wheel_tag``): the same, plus the runtime's C launcher
-  ``_runtime/_launch.abi3.so``, compiled here on CPython's stable ABI. pip prefers it
+  binaries, see ``native.wheel_tag``): the same, plus the runtime's C extensions
+  ``_runtime/_launch.abi3.so`` (the launcher) and ``_runtime/_guard.abi3.so`` (the input
+  check of bound graphs), compiled here on CPython's stable ABI. pip prefers it
   wherever its tag fits (``pip install --find-links dist NAME``) and takes the pure
   one elsewhere.
 
@@ -62,9 +63,9 @@ def _created_dirs(out: Path) -> list[Path]:
 # --- contents ---------------------------------------------------------------------------
 
 
-def package_files(contents: Contents, launcher: bytes | None) -> dict[str, bytes]:
-    """Every file of the package, by path inside the wheel: the runtime (with the C
-    launcher, when given), the contents, the manifest, and ``__init__.py``."""
+def package_files(contents: Contents, extensions: dict[str, bytes] | None) -> dict[str, bytes]:
+    """Every file of the package, by path inside the wheel: the runtime (with its C
+    extensions, when given, by file name), the contents, the manifest, and ``__init__.py``."""
     from .codegen import render
 
     manifest = contents.manifest
@@ -73,8 +74,8 @@ def package_files(contents: Contents, launcher: bytes | None) -> dict[str, bytes
     for path in sorted(RUNTIME_DIR.rglob("*.py")):
         if "__pycache__" not in path.parts:
             files[f"{name}/_runtime/{path.relative_to(RUNTIME_DIR).as_posix()}"] = path.read_bytes()
-    if launcher is not None:
-        files[f"{name}/_runtime/{native.FILENAME}"] = launcher
+    for filename, data in (extensions or {}).items():
+        files[f"{name}/_runtime/{filename}"] = data
     for path, data in contents.files.items():
         files[f"{name}/{path}"] = data
     files[f"{name}/manifest.json"] = manifest_json = manifest.to_json().encode()
@@ -200,18 +201,19 @@ def write_wheels(out_dir: str | Path, contents: Contents, native_launcher: bool 
 
     The pure wheel (``py3-none-any``) installs anywhere torch does and launches kernels
     through ctypes. Unless ``native_launcher`` is False, a second wheel carries the C
-    launcher too, tagged for what it runs on (``cp310-abi3-manylinux_2_17_x86_64``: CPython
-    >= 3.10 on this platform); pip prefers it where it fits. ``native_launcher=True`` makes
-    a launcher that cannot be compiled an error rather than a warning.
+    extensions too (the launcher and the input guard), tagged for what they run on
+    (``cp310-abi3-manylinux_2_17_x86_64``: CPython >= 3.10 on this platform); pip prefers it
+    where it fits. ``native_launcher=True`` makes an extension that cannot be compiled an
+    error rather than a warning.
 
     Atomic: each wheel is written to a hidden temporary file and renamed into place only
     when all are complete; on any failure nothing is left, not even the folders this call
     created, and an ``OutputError`` says what went wrong."""
     name, version = contents.manifest.name, contents.manifest.version
     wheels = [(PURE, package_files(contents, None))]
-    launcher = native.extension(required=bool(native_launcher)) if native_launcher is not False else None
-    if launcher is not None:
-        wheels.append((native.wheel_tag(launcher), package_files(contents, launcher)))
+    extensions = native.extensions(required=bool(native_launcher)) if native_launcher is not False else None
+    if extensions is not None:
+        wheels.append((native.wheel_tag(extensions), package_files(contents, extensions)))
     out_dir = Path(out_dir)
     created = _created_dirs(out_dir)
     partials: list[tuple[Path, Path]] = []

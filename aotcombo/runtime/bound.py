@@ -6,25 +6,28 @@ state passed as inputs. The main graph (graphs.py) costs such a call host work p
 copies in (or its kernels re-pointed), the inputs the model updates copied back, the
 outputs copied out. ``BoundGraphs`` instead captures, at the second call on one set of
 input addresses, a graph bound to them: it reads those tensors in place, updates the ones
-the model mutates in place, and ends by copying its outputs into one output slot
-(outputs.py). A later call on the same addresses costs a C++ check of the inputs (torch's
-own TensorGuards, which dynamo's guards use: dtype, device, shape, strides), a tuple of
-data pointers, a free slot and one replay.
+the model mutates in place, and writes its outputs into one output slot (outputs.py; with
+``copy_outputs=False``, into the main graph's own outputs). A later call on the same addresses costs
+one C call that checks the inputs (dtype, device, shape, strides: ``_guard.c``, reading each
+tensor through torch's stable C shim) and finds their set of data pointers among those seen,
+a free slot and one replay. Where the C guard is not there (the pure wheel) or cannot be
+trusted (shim.py), torch's own TensorGuards, which dynamo's guards use, check the inputs and
+a tuple of data pointers is looked up: a few hundred nanoseconds per input.
 
 Both the check and the pointers are read at every call, for every input, even when the
 inputs are the very tensor objects of the last call: a tensor's storage and layout change in
 place (``resize_``, ``set_``, ``as_strided_``, ``unsqueeze_`` bump its version counter, but so
 does every write of new values into it; ``.data =`` and ``torch.utils.swap_tensors`` change
 neither its identity nor its version counter), so neither identity nor version counters
-prove an input is where and as it was; reading a version costs as much as a data pointer
-anyway. The pointers are a tuple made by ``Tensor.data_ptr``: torch's
-``_tensors_data_ptrs_at_indices_equal`` compares them in one C++ call, but its pybind casts
-cost as much per tensor. Each slot remembers the pointers of its last replay: when they
-recur, its graph is replayed without hashing them.
+prove an input is where and as it was. The C guard does not read torch's lazy negation bit
+(set by the private ``torch._neg_view``): such an input is read as its memory holds, as the
+main graph reads an input its kernels are re-pointed at; complex inputs, whose conjugate
+views are common, always take TensorGuards.
 
-A graph is keyed by (the inputs' data pointers, the output slot it writes); there are at
+A graph is keyed by (the inputs' pointer set, the output slot it writes); there are at
 most ``MAX_GRAPHS`` per model and batch size, and past that calls go through the main
-graph. Addresses are bound at their second call (the first goes through the main graph),
+graph; ``MAX_SEEN`` pointer sets are remembered (those without a graph are forgotten when
+that fills up). Addresses are bound at their second call (the first goes through the main graph),
 never when misaligned for the kernels or when they are the static inputs, and only by the
 thread that captured the main graph: a capture cannot be a thread's first cuBLAS call (its
 handle is made then), and only that thread's warm-up made it. The graphs take
@@ -41,17 +44,31 @@ import warnings
 import torch
 
 from .outputs import OutputSlots, copy_into, flatten
+from .shim import native_guard
 
 MAX_GRAPHS = 16
-MAX_SEEN = 256  # address sets remembered as seen once
+MAX_SEEN = 256  # pointer sets the guard remembers
 _data_ptr = torch.Tensor.data_ptr
 
 
-def tensor_guard(templates: tuple):
+def input_guard(templates: tuple, capacity: int = MAX_SEEN):
+    """The check of a bound graph's inputs: ``guard(inputs)`` is -2 when they do not have
+    the dtypes, devices, shapes and strides of ``templates``, else the index of their
+    pointer set among those remembered (``guard.remember()`` the last one's), -1 for a new
+    one. The C guard where it can be trusted, else torch's TensorGuards; None when neither
+    works here (then every call takes the main graph's path)."""
+    guard = native_guard(templates, capacity)
+    if guard is not None:
+        return guard
+    accepts = tensor_guards(templates)
+    return None if accepts is None else PointerSets(accepts, capacity)
+
+
+def tensor_guards(templates: tuple):
     """``accepts(inputs)``: whether ``inputs`` have the dtypes, devices, shapes and strides of
     ``templates``, checked in C++ by torch's TensorGuards (tensors made under inference_mode
     carry other dispatch keys: they are checked against templates made there); None when
-    this torch has no TensorGuards (then every call takes the main graph's path)."""
+    this torch has no TensorGuards."""
     try:
         from torch._C._dynamo.guards import TensorGuards
 
@@ -76,6 +93,35 @@ def tensor_guard(templates: tuple):
     return accepts
 
 
+class PointerSets:
+    """The C guard's interface (``_guard.Guard``) on ``accepts`` (TensorGuards) and a dict
+    of data pointer tuples."""
+
+    def __init__(self, accepts, capacity: int):
+        self._accepts, self._index, self._sets = accepts, {}, {}
+        self._free, self._last = list(range(capacity - 1, -1, -1)), ()
+
+    def __call__(self, inputs: tuple) -> int:
+        if not self._accepts(inputs):
+            return -2
+        self._last = tuple(map(_data_ptr, inputs))
+        return self._index.get(self._last, -1)
+
+    def pointers(self) -> tuple:
+        return self._last
+
+    def remember(self) -> int:
+        if not self._free:
+            raise ValueError("guard: all pointer sets are in use")
+        k = self._free.pop()
+        self._index[self._last], self._sets[k] = k, self._last
+        return k
+
+    def forget(self, k: int) -> None:
+        del self._index[self._sets.pop(k)]
+        self._free.append(k)
+
+
 class BoundGraphs:
     """The graphs bound to recurring input addresses of one model (and batch size).
 
@@ -86,58 +132,60 @@ class BoundGraphs:
     main path shares; ``capture(fn)``: a CUDA graph of ``fn()``, in the main graph's pool.
     """
 
-    def __init__(self, run, templates: tuple, aligns: list[int], slots: OutputSlots, capture, accepts,
+    def __init__(self, run, templates: tuple, aligns: list[int], slots: OutputSlots, capture, guard,
                  places: bool = False):
-        self._run, self._slots, self._capture, self.accepts, self._places = run, slots, capture, accepts, places
+        self._run, self._slots, self._capture, self._guard, self._places = run, slots, capture, guard, places
         self._masks = [align - 1 for align in aligns]
         self._static = tuple(map(_data_ptr, templates))
         self._thread = threading.get_ident()  # the thread that warmed the forward up (its cuBLAS handle)
-        self._graphs: dict = {}  # (pointers, slot) -> graph
-        self._recent: dict = {}  # slot -> (pointers, graph) of its last replay: no hash of the pointers when they recur
-        self._seen: dict = {}  # pointers -> whether they may be bound (seen once so far)
+        self._graphs: dict = {}  # (pointer set, slot) -> graph
+        self._bindable: dict = {}  # pointer set -> whether it may be bound (remembered by the guard)
 
     def __len__(self) -> int:
         return len(self._graphs)
 
+    def accepts(self, inputs: tuple) -> bool:
+        """Whether ``inputs`` have the layout a bound graph reads (the caller holds the model's lock)."""
+        return self._guard(inputs) != -2
+
     def replay(self, inputs: tuple) -> list | None:
         """The output slot holding this call's outputs, after replaying the graph bound to the
         inputs' addresses (captured now, at their second call); None when the call must go
-        through the main graph. ``inputs`` passed ``accepts``; the caller holds the model's lock."""
-        pointers = tuple(map(_data_ptr, inputs))
+        through the main graph. The caller holds the model's lock."""
+        key = self._guard(inputs)
+        if key == -2:
+            return None
         slot = self._slots.free()
         if slot is None:
             return None
-        recent = self._recent.get(slot)
-        if recent is not None and recent[0] == pointers:
-            graph = recent[1]
-        else:
-            graph = self._graphs.get((pointers, slot))
+        graph = self._graphs.get((key, slot))
+        if graph is None:
+            graph = self._bind(inputs, key, slot)
             if graph is None:
-                graph = self._bind(inputs, pointers, slot)
-                if graph is None:
-                    return None
-            self._recent[slot] = pointers, graph
+                return None
         graph.replay()
         return self._slots.slots[slot]
 
-    def _bind(self, inputs: tuple, pointers: tuple, slot: int):
-        may = self._seen.get(pointers)
-        if may is None:  # the first call on these addresses
-            if len(self._seen) >= MAX_SEEN:
-                self._seen.clear()
-            self._seen[pointers] = pointers != self._static and all(
+    def _bind(self, inputs: tuple, key: int, slot: int):
+        if key == -1:  # the first call on these addresses: remembered
+            if len(self._bindable) >= MAX_SEEN:
+                for k in set(self._bindable) - {k for k, _ in self._graphs}:
+                    self._guard.forget(k)
+                    del self._bindable[k]
+            pointers = self._guard.pointers()
+            self._bindable[self._guard.remember()] = pointers != self._static and all(
                 p & mask == 0 for p, mask in zip(pointers, self._masks))
             return None
-        if not may or len(self._graphs) >= MAX_GRAPHS or threading.get_ident() != self._thread:
+        if not self._bindable[key] or len(self._graphs) >= MAX_GRAPHS or threading.get_ident() != self._thread:
             return None
         try:
             graph = self._capture(lambda: self._forward_into(inputs, self._slots.slots[slot]))
         except Exception as e:  # noqa: BLE001 (the main graph answers instead)
-            self._seen[pointers] = False
+            self._bindable[key] = False
             warnings.warn(f"capturing a CUDA graph on the caller's input tensors failed ({e}); such calls "
                           "copy their inputs into the main graph's instead", stacklevel=4)
             return None
-        self._graphs[(pointers, slot)] = graph
+        self._graphs[(key, slot)] = graph
         return graph
 
     def _forward_into(self, inputs: tuple, targets: list) -> None:

@@ -22,7 +22,8 @@ them): change them only in stream order. A caller that writes into
 the model updates in place are copied back after the replay. Outputs: by default a call
 returns tensors the caller may keep (output slots, outputs.py: copied from the graph's, or
 written there by a bound graph); ``copy_outputs=False`` returns the static output tensors
-themselves, valid until the next call of the model, from any thread, overwrites them.
+themselves (a bound graph writes them too), valid until the next call of the model, from
+any thread, overwrites them.
 
 Streams and threads: a call replays on the caller's current stream. The graph's buffers
 are shared, so calls are serialised: on the host by a lock around copy-in, replay and
@@ -41,9 +42,9 @@ import warnings
 import torch
 
 from . import cuda
-from .bound import BoundGraphs, tensor_guard
+from .bound import BoundGraphs, input_guard
 from .inputs import allocate, bind
-from .outputs import OutputSlots, copy_into, flatten, unflattener
+from .outputs import OutputSlots, StaticOutputs, copy_into, flatten, unflattener
 from .repoint import Repointer
 
 def same_tensors(a: tuple, b: tuple) -> bool:
@@ -187,10 +188,11 @@ class GraphModel:
         if self._repoint is not None:
             self._copied = [i for i in range(len(self._inputs)) if i not in self._repoint.inputs]
             self._copied_to = [self._inputs[i] for i in self._copied]
-        accepts = tensor_guard(self._inputs) if self._binds and self.copy_outputs else None
-        if accepts is not None:
-            self._bound = BoundGraphs(model.run, self._inputs, [s.align for s in model.specs], self._slots,
-                                      lambda fn: capture_call(fn, model.device, graph.pool()), accepts,
+        guard = input_guard(self._inputs) if self._binds else None
+        if guard is not None:
+            slots = self._slots if self.copy_outputs else StaticOutputs(self._outputs)
+            self._bound = BoundGraphs(model.run, self._inputs, [s.align for s in model.specs], slots,
+                                      lambda fn: capture_call(fn, model.device, graph.pool()), guard,
                                       getattr(model, "places_outputs", False))
         self._graph = graph
 
@@ -224,7 +226,7 @@ class GraphModel:
         """The outputs of a replay of the graph bound to the inputs' addresses (bound.py), or
         None where the call takes the main graph's path (the static inputs always do)."""
         bound = self._bound
-        if bound is None or (inputs and inputs[0] is self._inputs[0]) or not bound.accepts(inputs):
+        if bound is None or (inputs and inputs[0] is self._inputs[0]):
             return None
         with self._lock:
             self._order.join()

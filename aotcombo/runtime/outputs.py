@@ -4,11 +4,12 @@ allocation per call.
 ``flatten``/``unflatten`` take a forward's output tree (tuples, lists, dicts, other values
 kept) apart into its tensors and put it back together. ``OutputSlots`` holds a few sets of
 tensors shaped as the graph's outputs (slots), each carved from one allocation per dtype
-at 16-byte aligned offsets; a slot is free again once the caller holds none of its tensors
-and no view of them (Python's reference counts of the tensors and the storages' use counts
-are back to what the slots themselves hold). In a loop ``y = m(x)`` two slots alternate;
-when the caller holds every slot, a call gets a set of its own (``new_set``), never one
-the caller holds.
+at offsets aligned as torch aligns a buffer (``SLOT_ALIGN``: kernels write there as fast
+as into buffers of their own); a slot is free again once the caller holds none of its
+tensors and no view of them (Python's reference counts of the tensors and the storages'
+use counts are back to what the slots themselves hold). In a loop ``y = m(x)`` two slots
+alternate; when the caller holds every slot, a call gets a set of its own (``new_set``),
+never one the caller holds. ``StaticOutputs`` is the one slot of ``copy_outputs=False``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ import torch
 
 _foreach_copy = getattr(torch, "_foreach_copy_", None)
 FOREACH_FROM = 8  # copy this many tensors or more with one _foreach_copy_, fewer one by one (memcpys)
+# Bytes each output's offset in its slot's allocation is a multiple of: torch's allocator aligns
+# a buffer so. Kernels write outputs packed closer slower: on an H100 adam_step's bound graph
+# took 115 us with 128-byte offsets, 110 at 512 and 109 into buffers of their own
+# (benchmarks/slot_layout.py, benchmarks/results/call_path/c_guard/slot_layout.log).
+SLOT_ALIGN = 512
 
 
 def flatten(tree) -> tuple[list, object]:
@@ -86,7 +92,7 @@ class OutputSlots:
         for t in sources:
             stride = t.stride() if _no_overlap(t) else torch.empty_like(t).stride()  # an expand's: dense
             span = 1 + sum((n - 1) * s for n, s in zip(t.shape, stride)) if t.numel() else 0
-            step = max(1, 16 // t.element_size())
+            step = max(1, SLOT_ALIGN // t.element_size())
             offset = -(-self.totals.get(t.dtype, 0) // step) * step
             self.layout.append((t.dtype, tuple(t.shape), stride, offset))
             self.totals[t.dtype] = offset + span
@@ -98,20 +104,17 @@ class OutputSlots:
 
     def free(self) -> int | None:
         """A slot the caller holds nothing of (a new one while there are fewer than ``keep``),
-        or None when the caller holds every slot. A slot is passed over at its first tensor
-        when the caller holds that one (as one holding the output tuple of ``y = m(x)`` does),
-        or at its storages' use counts (views), before every tensor's count is read."""
+        or None when the caller holds every slot: one the caller holds a tensor of (its
+        reference count is up) or a view of (its storage's use count is up)."""
         use_count = self._use_count
         for k, (flats, counts, uses) in enumerate(self._held):
-            tensors = self.slots[k]
-            if (not counts or _getrefcount(tensors[0]) == counts[0]) and list(map(use_count, flats)) == uses \
-                    and _refcounts(tensors) == counts:
+            if same_refcounts(self.slots[k], counts) and list(map(use_count, flats)) == uses:
                 return k
         if len(self.slots) >= self.keep:
             return None
         tensors, flats = self.new_set()
         self.slots.append(tensors)
-        self._held.append((flats, _refcounts(tensors), list(map(self._use_count, flats))))
+        self._held.append((flats, refcounts(tensors), list(map(self._use_count, flats))))
         return len(self.slots) - 1
 
     def new_set(self) -> tuple[list, list]:
@@ -128,6 +131,17 @@ class OutputSlots:
         return tensors
 
 
+class StaticOutputs:
+    """``OutputSlots``' interface on one slot that is always free: the main graph's own output
+    tensors, which ``copy_outputs=False`` hands out, valid until the next call."""
+
+    def __init__(self, outputs: list):
+        self.slots = [outputs]
+
+    def free(self) -> int:
+        return 0
+
+
 def _no_overlap(t: torch.Tensor) -> bool:
     """Whether no two elements of ``t`` share an address (so its own strides can lay out a
     slot: a program can write its output there as it would into its own buffer)."""
@@ -139,8 +153,11 @@ def _no_overlap(t: torch.Tensor) -> bool:
     return True
 
 
-_getrefcount = sys.getrefcount
+try:  # the reference counts of a list's tensors, read in C (runtime/_guard.c)
+    from ._guard import refcounts, same_refcounts
+except ImportError:  # the pure wheel
+    def refcounts(tensors: list) -> tuple:
+        return tuple(map(sys.getrefcount, tensors))
 
-
-def _refcounts(tensors: list) -> list[int]:
-    return list(map(_getrefcount, tensors))
+    def same_refcounts(tensors: list, counts: tuple) -> bool:
+        return refcounts(tensors) == counts

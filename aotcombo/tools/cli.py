@@ -29,11 +29,12 @@ seconds; --no-cache (or AOTCOMBO_NO_CACHE=1) builds from scratch without reading
 writing it. The same model, inputs, archs and tool versions give a byte-identical
 wheel, cached or not.
 
-C launcher: the wheel carries the runtime's kernel launcher compiled from C
-($CC, else cc, and this Python's headers; without them, a warning and a wheel of
-Python files); the installed package uses it where it loads (CPython >= 3.10 on
-this platform) and ctypes elsewhere. The C compiler counts among the tool versions
-above; --no-native (or AOTCOMBO_NATIVE=0) leaves the launcher out.
+C extensions: the wheel carries the runtime's kernel launcher and input guard
+compiled from C ($CC, else cc, and this Python's headers; without them, a warning
+and a wheel of Python files); the installed package uses them where they load
+(CPython >= 3.10 on this platform), ctypes and torch's TensorGuards elsewhere. The
+C compiler counts among the tool versions above; --no-native (or AOTCOMBO_NATIVE=0)
+leaves them out.
 """
 
 
@@ -102,7 +103,7 @@ def _parser() -> argparse.ArgumentParser:
                        "later, a kernel is launched while the one before it runs and waits for it on the GPU "
                        "(programmatic dependent launch), hiding most of the gap between them")
     build.add_argument("--no-native", action="store_true",
-                       help="leave the C launcher out: the package launches kernels through ctypes (see below)")
+                       help="leave the C extensions out: the package launches kernels through ctypes (see below)")
     build.add_argument("-j", "--jobs", type=int, metavar="N",
                        help="kernels to compile at once (default: the CPUs available; 1: no worker processes)")
     _noise(build)
