@@ -58,6 +58,21 @@ def time_synced(fn, sets, device, n: int) -> dict:
     return _summary(times)
 
 
+def time_synced_interleaved(fns: list, sets_per_fn: list, device, n: int) -> list[dict]:
+    """``time_synced`` for several functions at once, call by call in turn (A B A B ...), so
+    that a drift in the machine's speed (clocks, a busy host) weighs on each alike."""
+    times = [[] for _ in fns]
+    sync(device)
+    for i in range(n):
+        for k, (fn, sets) in enumerate(zip(fns, sets_per_fn)):
+            x = sets[i % len(sets)]
+            t0 = time.perf_counter()
+            fn(*x)
+            sync(device)
+            times[k].append((time.perf_counter() - t0) * 1e3)
+    return [_summary(t) for t in times]
+
+
 def time_back_to_back(fn, sets, device, batch: int, n_batches: int) -> dict:
     """ms per call, calls back to back: sync; t0; batch calls; sync; t1; (t1-t0)/batch,
     median over n_batches batches."""

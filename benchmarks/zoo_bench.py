@@ -16,7 +16,9 @@ seeds:
 - ``compile_ro``: ``torch.compile(mode="reduce-overhead")`` (its compile kept out of the timing,
   measured last per model: its CUDA graph trees must not record while ours are live).
 Each is timed as synchronized wall clock per call (median of ``--calls``), the input sets
-rotating. Writes one JSON line per model to ``$OUT/zoo_bench.jsonl`` and prints a table.
+rotating; ours default and static call by call in turn (A B A B ...: on the H100 a run of
+200 calls of one ran up to 1.5-3x slower now and then, so timed one after the other they
+could differ by that much). Writes one JSON line per model to ``$OUT/zoo_bench.jsonl`` and prints a table.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 import torch  # noqa: E402
 
-from bench_timing import time_synced, warm_up  # noqa: E402
+from bench_timing import time_synced, time_synced_interleaved, warm_up  # noqa: E402
 from gpu_support import SAMPLES, fresh_like, import_package  # noqa: E402
 from zoo_support import ZOO, eager_model, fresh_inputs, package_name  # noqa: E402
 
@@ -44,6 +46,14 @@ def measure(fn, sets, calls: int) -> float:
     device = torch.device("cuda")
     warm_up(fn, sets, device, calls=5, seconds=0.2)
     return time_synced(fn, sets, device, calls)["median"]
+
+
+def measure_interleaved(fns: list, sets_per_fn: list, calls: int) -> list[float]:
+    """The median ms per call of each of ``fns``, timed call by call in turn."""
+    device = torch.device("cuda")
+    for fn, sets in zip(fns, sets_per_fn):
+        warm_up(fn, sets, device, calls=5, seconds=0.2)
+    return [s["median"] for s in time_synced_interleaved(fns, sets_per_fn, device, calls)]
 
 
 def sample(name: str) -> tuple:
@@ -73,12 +83,11 @@ def bench_model(name: str, calls: int, compile_ro: bool) -> dict:
     with torch.no_grad():
         row["eager_ms"] = measure(eager, sets, calls)
         m = package.load("cuda")
-        row["ours_default_ms"] = measure(m, sets, calls)
         static = package.load("cuda", copy_outputs=False)
         inputs = static.static_inputs()
         for dst, src in zip(inputs, sets[0]):
             dst.copy_(src)
-        row["ours_static_ms"] = measure(static, [inputs], calls)
+        row["ours_default_ms"], row["ours_static_ms"] = measure_interleaved([m, static], [sets, [inputs]], calls)
         del m, static
         if compile_ro:
             start = time.perf_counter()
@@ -125,6 +134,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--no-compile", action="store_true")
     args = parser.parse_args()
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     rows = run_models(args.models, lambda name: bench_model(name, args.calls, not args.no_compile),
                       Path(args.out) / "zoo_bench.jsonl")
