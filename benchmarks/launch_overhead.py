@@ -239,8 +239,9 @@ def launchers(rt, compiled, tensors, stream: int, side_stream: int, loop_lib) ->
                                                           md.shared, side_stream, argv), None)
         if native is not None:
             noop = ctypes.cast(loop_lib.noop, c_void_p).value
-            cases["c_noop_driver"] = (native.launcher(noop, True, function, (1, 1, 1), (block, 1, 1), md.shared,
-                                                      stream, n, (0, 0), torch.Tensor.data_ptr, print, None), tensors)
+            cases["c_noop_driver"] = (native.launcher(noop, function, (1, 1, 1), (block, 1, 1), md.shared, stream,
+                                                      (0, 0), torch.Tensor.data_ptr, print, None, b"p" * n, False),
+                                      tensors)
     cases["_keep"] = (values, argv, config, kernel)
     return cases
 

@@ -186,6 +186,25 @@ CASES = {
     "beit": (timm_model("beit_base_patch16_224", num_classes=10, img_size=32, patch_size=8, embed_dim=32, depth=2,
                         num_heads=2), images(32)),
     "xcit": (timm_model("xcit_nano_12_p16_224", num_classes=10, img_size=64), images()),
+    "phi3": (hf("Phi3Config", "Phi3Model", vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, pad_token_id=0, use_cache=False), tokens()),
+    # forward(input_ids, past_key_values, attention_mask, ...): the ids alone by position
+    "gpt_bigcode": (hf("GPTBigCodeConfig", "GPTBigCodeModel", vocab_size=100, n_embd=32, n_layer=2, n_head=4,
+                       multi_query=True, use_cache=False), tokens(mask=False)),
+    "mamba": (hf("MambaConfig", "MambaModel", vocab_size=100, hidden_size=32, state_size=8, num_hidden_layers=2,
+                 expand=2, conv_kernel=4, use_cache=False), tokens(mask=False)),
+    "mixtral": (hf("MixtralConfig", "MixtralModel", vocab_size=100, hidden_size=32, intermediate_size=64,
+                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                   num_experts_per_tok=2, use_cache=False), tokens()),
+    "llama_seq_cls": (hf("LlamaConfig", "LlamaForSequenceClassification", vocab_size=100, hidden_size=32,
+                         intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         num_labels=3, pad_token_id=0, use_cache=False), tokens(mask=False)),
+    "yolos": (hf("YolosConfig", "YolosModel", hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                 intermediate_size=64, image_size=[64, 64], patch_size=16, num_detection_tokens=5), images()),
+    "convnextv2": (timm_model("convnextv2_atto", num_classes=10), images()),
+    "efficientnetv2": (timm_model("tf_efficientnetv2_b0", num_classes=10), images()),
+    "mobilenetv4": (timm_model("mobilenetv4_conv_small", num_classes=10), images()),
+    "maxvit": (tv("maxvit_t", num_classes=10), images(size=224, batch=1)),
 }
 
 

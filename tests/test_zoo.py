@@ -637,3 +637,22 @@ def test_transformers_eager_experts_error_names_the_line_and_the_fix(tmp_path):
     assert "modeling_mixtral.py:" in message and "MixtralExperts" in message
     assert 'set_experts_implementation("grouped_mm")' in message
     assert not (tmp_path / "out").exists()
+
+
+def test_a_transformers_model_with_use_cache_on_gets_the_fix_named(tmp_path):
+    """A decoder built with transformers' defaults (use_cache=True) makes a DynamicCache in forward
+    and returns it; the error names the model and the fix (use_cache=False, or a StaticCache),
+    not the virtual GPU's "no NVIDIA driver"."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = transformers.LlamaModel(transformers.LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, use_cache=True)).eval()
+    with pytest.raises(UnsupportedModelError) as info:
+        build_package(model, (torch.randint(0, 64, (1, 8)),), arch=["sm_90"], out=tmp_path / "out", cache=False)
+    message = str(info.value)
+    assert "LlamaModel makes a transformers cache" in message and "use_cache=False" in message, message
+    assert "StaticCache" in message and not (tmp_path / "out").exists()
+    model.config.use_cache = False  # the fix named: it builds
+    assert build_package(model, (torch.randint(0, 64, (1, 8)),), arch=["sm_90"], out=tmp_path / "fixed",
+                         cache=False).wheels

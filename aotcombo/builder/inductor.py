@@ -23,6 +23,7 @@ import copy
 import functools
 import operator
 import re
+import traceback
 import types
 from typing import Any, Iterator
 from unittest import mock
@@ -1106,12 +1107,17 @@ def trace(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor
         except Exception as exc:  # noqa: BLE001 - every export failure is the model's
             loose = _loose_tensors(module)
             experts = _token_picking_experts(module)
+            cache = _growing_cache(module, exc)
             raise UnsupportedModelError(
                 f"torch.export cannot trace the model{where(exc) or library_where(exc)}: {_summary(exc)}",
                 fix=(f"the model's MoE experts ({experts}) run transformers' experts_implementation=\"eager\", "
                      "which picks each expert's tokens (nonzero, a loop over the experts hit: data-dependent "
                      "shapes); build it with model.set_experts_implementation(\"grouped_mm\") or \"batched_mm\" "
                      "(or experts_implementation=... in from_pretrained or the config): fixed shapes" if experts else
+                     f"{cache} makes a transformers cache of past keys and values (its config has use_cache=True), "
+                     "which grows with every call and comes back as an output: build it with use_cache=False "
+                     "(model.config.use_cache = False before get_model returns it); to serve decoding, give it a "
+                     "StaticCache and cache_position (README: An LLM decode loop)" if cache else
                      "aotcombo needs a model torch.export can capture whole: no data-dependent Python control "
                      "flow, no .item()/.tolist() host syncs, only ops with CUDA and fake-tensor kernels")
                 + (f"; the model holds tensors that are not registered buffers ({', '.join(loose[:5])}): if "
@@ -1193,6 +1199,20 @@ def _token_picking_experts(module: torch.nn.Module) -> str:
         config = getattr(sub, "config", None)
         if hasattr(sub, "_is_expert_parallel") and hasattr(sub, "has_gate") and \
                 getattr(config, "_experts_implementation", None) in ("eager", None):
+            return type(sub).__name__
+    return ""
+
+
+def _growing_cache(module: torch.nn.Module, exc: BaseException) -> str:
+    """The class of a transformers model in ``module`` whose config has ``use_cache`` on, when
+    the export failed making or returning one of transformers' caches (a DynamicCache: made
+    lazily, grown by every call), or ""."""
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ is not None else []
+    in_cache = any("transformers" in f.filename and f.filename.endswith("cache_utils.py") for f in frames)
+    if not in_cache and not re.search(r"transformers\.cache_utils\.\w*Cache", str(exc)):
+        return ""
+    for sub in module.modules():
+        if getattr(getattr(sub, "config", None), "use_cache", False):
             return type(sub).__name__
     return ""
 
