@@ -7,8 +7,9 @@ Each case is a small config of a real model (transformers, timm, torchvision) or
 for sm_90 and its interpreted program is compared with eager on other inputs of the same
 shapes: one JSON line per case with the launches per forward, the extern ops, the largest
 relative L2 error over the outputs, or the error that stopped it. This is how the 2026-11-25
-sweep found a boolean-mask bug (Falcon), layouts of convolution outputs (SegFormer), CPU
-literals (DeBERTa) and OrderedDict outputs (torchvision segmentation); the cases that earned a
+sweeps found a boolean-mask bug (Falcon), layouts of convolution outputs (SegFormer), CPU
+literals (DeBERTa), OrderedDict outputs (torchvision segmentation), tiled persistent
+reductions (MaxViT) and transformers' use_cache default (Phi-3, Mixtral: an error naming the fix); the cases that earned a
 place are now zoo models (sample_models/zoo/), checked on the GPU. No GPU needed; a few
 minutes per large vision model (the interpreter is slow).
 """

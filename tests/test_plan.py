@@ -323,3 +323,15 @@ def test_a_persistent_reduction_over_the_dynamic_batch_needs_a_block_for_its_top
         blocks.choose(_dynamic_row_reduction(16))
     with pytest.raises(UnsupportedModelError, match="--batch buckets"):
         blocks.choose(_dynamic_row_reduction(32, mask=False))
+
+
+def test_a_tiled_persistent_reduction_shares_its_rows_between_x_and_y():
+    """MaxViT's window layer norms: Inductor tiles the rows of a persistent reduction over y
+    (program_id(1)) and x (program_id(0)); x takes up to 16 of them, y the rest of the tile."""
+    k = reduction("tiled", x=64, r=64)
+    k = g.Kernel(**{**k.__dict__, "numels": (("y", 49), ("x", 64), ("r0_", 64)),
+                    "signature": (("in_ptr0", "*fp32"), ("out_ptr0", "*fp32"), ("ynumel", "i32"), ("xnumel", "i32"),
+                                  ("r0_numel", "i32"), ("YBLOCK", "constexpr"), ("XBLOCK", "constexpr"))})
+    chosen = blocks.choose(k)
+    assert dict(chosen.constexprs) == {"YBLOCK": 4, "XBLOCK": 16}  # 4 x 16 rows of 64: the 4096-element tile
+    assert chosen.axes == (4, 13, 1)

@@ -74,7 +74,7 @@ NEEDS = {
     "unet_stage": None, "moe": None, "dlrm": None, "llama_block": None,
     "gpt_neox": "transformers", "phi": "transformers", "bart": "transformers", "deberta_v2": "transformers",
     "falcon": "transformers", "bloom": "transformers", "segformer": "transformers",
-    "mobilevit": "timm",
+    "mobilevit": "timm", "maxvit": "torchvision",
     "lraspp_mobilenet_v3": "torchvision",
 }
 # Built and run under the interpreter in the default test run: about 15 s each on 2 cores.

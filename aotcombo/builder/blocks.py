@@ -19,6 +19,7 @@ from .graph import Kernel
 
 POINTWISE_BLOCK = 1024
 TILE_ELEMENTS = 1024
+TILED_PERSISTENT_X = 16  # x's share of a tiled persistent reduction's rows; y takes the rest
 PERSISTENT_ELEMENTS = 4096
 INNER_REDUCTION_BLOCK = 2048
 OUTER_REDUCTION = (64, 8)  # (XBLOCK, R0_BLOCK)
@@ -116,6 +117,10 @@ def choose(kernel: Kernel) -> Blocks:
         rblock = fixed.get("R0_BLOCK", next_power_of_2(r0)) * fixed.get("R1_BLOCK", 1)
         if "XBLOCK" in params:
             sizes["XBLOCK"] = max(1, min(next_power_of_2(x), PERSISTENT_ELEMENTS // rblock))
+        if "YBLOCK" in params:  # a tiled reduction (MaxViT's window layer norms): x and y share the tile
+            if "XBLOCK" in params:
+                sizes["XBLOCK"] = min(sizes["XBLOCK"], TILED_PERSISTENT_X)
+            sizes["YBLOCK"] = max(1, min(next_power_of_2(y), PERSISTENT_ELEMENTS // rblock // sizes.get("XBLOCK", 1)))
     else:
         if kernel.reduction_hint == "INNER":
             xb, rb = 1, min(INNER_REDUCTION_BLOCK, next_power_of_2(r0))
