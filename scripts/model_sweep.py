@@ -206,6 +206,20 @@ CASES = {
     "efficientnetv2": (timm_model("tf_efficientnetv2_b0", num_classes=10), images()),
     "mobilenetv4": (timm_model("mobilenetv4_conv_small", num_classes=10), images()),
     "maxvit": (tv("maxvit_t", num_classes=10), images(size=224, batch=1)),
+    "qwen3": (hf("Qwen3Config", "Qwen3Model", vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=8, use_cache=False), tokens()),
+    "gemma3_text": (hf("Gemma3TextConfig", "Gemma3TextModel", vocab_size=100, hidden_size=32, intermediate_size=64,
+                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                       sliding_window=8, use_cache=False), tokens()),
+    "modernbert": (hf("ModernBertConfig", "ModernBertModel", vocab_size=100, hidden_size=32, intermediate_size=64,
+                      num_hidden_layers=2, num_attention_heads=4, local_attention=8, global_attn_every_n_layers=2,
+                      pad_token_id=0), tokens()),
+    "siglip_vision": (hf("SiglipVisionConfig", "SiglipVisionModel", hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8), images(size=32)),
+    "eva02": (timm_model("eva02_tiny_patch14_224", num_classes=10, img_size=56), images(size=56)),
+    "fastvit": (timm_model("fastvit_t8", num_classes=10), images()),
+    "nfnet": (timm_model("nfnet_l0", num_classes=10), images()),
+    "pvt_v2": (timm_model("pvt_v2_b0", num_classes=10), images()),
 }
 
 
