@@ -218,7 +218,6 @@ CASES = {
                          num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8), images(size=32)),
     "eva02": (timm_model("eva02_tiny_patch14_224", num_classes=10, img_size=56), images(size=56)),
     "fastvit": (timm_model("fastvit_t8", num_classes=10), images()),
-    "nfnet": (timm_model("nfnet_l0", num_classes=10), images()),
     "pvt_v2": (timm_model("pvt_v2_b0", num_classes=10), images()),
 }
 
