@@ -159,7 +159,8 @@ def test_templates_are_found_outside_the_source_tree(tmp_path, monkeypatch):
 
 
 def test_installed_copy_finds_its_templates(tmp_path):
-    """`pip install .` (not editable): the installed aotcombo renders from any folder."""
+    """`pip install .` (not editable): the installed aotcombo renders from any folder, and has
+    the C sources of the runtime's extensions (builder/native.py compiles them into the wheel)."""
     import os
     import subprocess
     import sys
@@ -168,16 +169,17 @@ def test_installed_copy_finds_its_templates(tmp_path):
         "import aotcombo.builder.codegen as c, sys; "
         "print(c.__file__); print(c.templates_dir()); print(len(c.render('program.py.j2', name='x', version='0', "
         "n_launches=0, n_externs=0, inputs=['a'], weights=[], body=[], result='a', runtime_ops=[], placed='out', "
-        "ordered_dict=False)))"
+        "ordered_dict=False))); import aotcombo.builder.native as n; "
+        "print(all(p.is_file() for p in n.SOURCES.values()))"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     run = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
     if "No module named 'aotcombo'" in run.stderr:
         pytest.skip("aotcombo is not installed in this environment (only importable from the source tree)")
     assert run.returncode == 0, run.stderr
-    module_file, templates, rendered = run.stdout.split()
+    module_file, templates, rendered, sources = run.stdout.split()
     assert (Path(templates) / "combo_kernel.py.j2").is_file()
-    assert int(rendered) > 0
+    assert int(rendered) > 0 and sources == "True"
 
 
 def test_pdl_waits_first_and_only_on_hopper_and_later():
