@@ -196,14 +196,14 @@ def _open_partial(folder: Path, final_name: str):
     return os.fdopen(fd, "wb"), Path(path)
 
 
-def write_wheels(out_dir: str | Path, contents: Contents, native_launcher: bool | None = None) -> list[Path]:
+def write_wheels(out_dir: str | Path, contents: Contents, native_extensions: bool | None = None) -> list[Path]:
     """Write the package's wheels into ``out_dir``; returns their paths, the pure one first.
 
     The pure wheel (``py3-none-any``) installs anywhere torch does and launches kernels
-    through ctypes. Unless ``native_launcher`` is False, a second wheel carries the C
+    through ctypes. Unless ``native_extensions`` is False, a second wheel carries the C
     extensions too (the launcher and the input guard), tagged for what they run on
     (``cp310-abi3-manylinux_2_17_x86_64``: CPython >= 3.10 on this platform); pip prefers it
-    where it fits. ``native_launcher=True`` makes an extension that cannot be compiled an
+    where it fits. ``native_extensions=True`` makes an extension that cannot be compiled an
     error rather than a warning.
 
     Atomic: each wheel is written to a hidden temporary file and renamed into place only
@@ -211,7 +211,7 @@ def write_wheels(out_dir: str | Path, contents: Contents, native_launcher: bool 
     created, and an ``OutputError`` says what went wrong."""
     name, version = contents.manifest.name, contents.manifest.version
     wheels = [(PURE, package_files(contents, None))]
-    extensions = native.extensions(required=bool(native_launcher)) if native_launcher is not False else None
+    extensions = native.extensions(required=bool(native_extensions)) if native_extensions is not False else None
     if extensions is not None:
         wheels.append((native.wheel_tag(extensions), package_files(contents, extensions)))
     out_dir = Path(out_dir)

@@ -7,7 +7,7 @@
    AOTInductor's packages call, kept stable across torch releases), whose addresses Python hands
    over from its ctypes handle of libtorch. A shim function takes an ``at::Tensor*``: the one a
    Python tensor holds at ``offset`` bytes into its object (torch >= 2.10: a plain at::Tensor right
-   after PyObject_HEAD). guard.py checks that offset before it builds a Guard, by ``word_at``
+   after PyObject_HEAD). shim.py checks that offset before it builds a Guard, by ``word_at``
    against ``Tensor._cdata``; any doubt, and the runtime keeps torch's TensorGuards.
 
    Guard(functions, offset, types, templates, capacity)
@@ -58,6 +58,7 @@ typedef struct {
     PyObject *types;
     Layout *layouts;    /* n */
     uint64_t *pointers; /* n: the last accepted call's */
+    uint64_t hash;      /* of those pointers */
     uint64_t *sets;     /* capacity * n */
     uint64_t *hashes;   /* capacity */
     char *used;         /* capacity */
@@ -87,13 +88,17 @@ static int read_layout(const Shim *shim, Py_ssize_t offset, PyObject *obj, Layou
     return 1;
 }
 
+/* Whether ``obj``'s type is exactly one of ``types``. */
+static int known_type(PyObject *types, PyObject *obj) {
+    for (Py_ssize_t k = 0; k < PyTuple_Size(types); k++)
+        if ((PyObject *)Py_TYPE(obj) == PyTuple_GetItem(types, k))
+            return 1;
+    return 0;
+}
+
 /* Whether ``obj`` is a tensor laid out as ``want``; its data pointer in ``pointer``. */
 static int matches(const Guard *self, PyObject *obj, const Layout *want, uint64_t *pointer) {
-    PyTypeObject *type = Py_TYPE(obj);
-    int known = 0;
-    for (Py_ssize_t k = 0; k < PyTuple_Size(self->types) && !known; k++)
-        known = (PyObject *)type == PyTuple_GetItem(self->types, k);
-    if (!known)
+    if (!known_type(self->types, obj))
         return 0;
     const Shim *shim = &self->shim;
     void *tensor = (char *)obj + self->offset, *data = NULL;
@@ -130,6 +135,7 @@ static PyObject *guard_call(PyObject *self_, PyObject *args, PyObject *kwargs) {
             return PyLong_FromLong(-2);
         hash = mix(hash, self->pointers[i]);
     }
+    self->hash = hash;
     size_t bytes = (size_t)self->n * sizeof *self->pointers;
     for (Py_ssize_t k = 0; k < self->capacity; k++)
         if (self->used[k] && self->hashes[k] == hash && !memcmp(self->sets + k * self->n, self->pointers, bytes))
@@ -156,11 +162,8 @@ static PyObject *guard_remember(PyObject *self_, PyObject *unused) {
     Guard *self = (Guard *)self_;
     for (Py_ssize_t k = 0; k < self->capacity; k++)
         if (!self->used[k]) {
-            uint64_t hash = 0;
-            for (Py_ssize_t i = 0; i < self->n; i++)
-                hash = mix(hash, self->pointers[i]);
             memcpy(self->sets + k * self->n, self->pointers, (size_t)self->n * sizeof *self->pointers);
-            self->hashes[k] = hash, self->used[k] = 1;
+            self->hashes[k] = self->hash, self->used[k] = 1;
             return PyLong_FromSsize_t(k);
         }
     return PyErr_Format(PyExc_ValueError, "guard: all %zd pointer sets are in use", self->capacity);
@@ -227,7 +230,7 @@ static PyObject *guard_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->types = NULL, self->layouts = NULL, self->pointers = NULL, self->sets = NULL;
     self->hashes = NULL, self->used = NULL;
     Py_ssize_t n = PyTuple_Size(templates);
-    self->offset = offset, self->n = n, self->capacity = capacity;
+    self->offset = offset, self->n = n, self->capacity = capacity, self->hash = 0;
     Py_INCREF(types);
     self->types = types;
     self->layouts = calloc((size_t)n + 1, sizeof *self->layouts);
@@ -245,10 +248,7 @@ static PyObject *guard_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *template = PyTuple_GetItem(templates, i);
-        int known = 0;
-        for (Py_ssize_t k = 0; k < PyTuple_Size(types) && !known; k++)
-            known = (PyObject *)Py_TYPE(template) == PyTuple_GetItem(types, k);
-        if (!known || !read_layout(&self->shim, offset, template, &self->layouts[i], &self->pointers[i])) {
+        if (!known_type(types, template) || !read_layout(&self->shim, offset, template, &self->layouts[i], &self->pointers[i])) {
             Py_DECREF(self);
             return PyErr_Format(PyExc_ValueError, "Guard: template %zd is not a strided tensor the shim reads", i);
         }

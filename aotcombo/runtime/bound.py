@@ -7,8 +7,8 @@ copies in (or its kernels re-pointed), the inputs the model updates copied back,
 outputs copied out. ``BoundGraphs`` instead captures, at the second call on one set of
 input addresses, a graph bound to them: it reads those tensors in place, updates the ones
 the model mutates in place, and writes its outputs into one output slot (outputs.py; with
-``copy_outputs=False``, into the main graph's own outputs). A later call on the same addresses costs
-one C call that checks the inputs (dtype, device, shape, strides: ``_guard.c``, reading each
+``copy_outputs=False``, into the main graph's own outputs). A later call on the same
+addresses costs one C call that checks the inputs (dtype, device, shape, strides: ``_guard.c``, reading each
 tensor through torch's stable C shim) and finds their set of data pointers among those seen,
 a free slot and one replay. Where the C guard is not there (the pure wheel) or cannot be
 trusted (shim.py), torch's own TensorGuards, which dynamo's guards use, check the inputs and
@@ -27,8 +27,8 @@ views are common, always take TensorGuards.
 A graph is keyed by (the inputs' pointer set, the output slot it writes); there are at
 most ``MAX_GRAPHS`` per model and batch size, and past that calls go through the main
 graph; ``MAX_SEEN`` pointer sets are remembered (those without a graph are forgotten when
-that fills up). Addresses are bound at their second call (the first goes through the main graph),
-never when misaligned for the kernels or when they are the static inputs, and only by the
+that fills up). Addresses are bound at their second call (the first goes through the main
+graph), never when misaligned for the kernels or when they are the static inputs, and only by the
 thread that captured the main graph: a capture cannot be a thread's first cuBLAS call (its
 handle is made then), and only that thread's warm-up made it. The graphs take
 their intermediates from the main graph's memory pool (replays are serialised by the
