@@ -1,6 +1,7 @@
 """Build models users bring (beyond the zoo) and check each against eager under the interpreter.
 
     .venv/bin/python scripts/model_sweep.py [CASE ...] [--out sweep.jsonl]
+    .venv/bin/python scripts/model_sweep.py [CASE ...] --wheels .carry/sweep --no-interpret   (for the GPU)
 
 Each case is a small config of a real model (transformers, timm, torchvision) or a construct
 (RNNs, attention modules, FFT, weight norm, ...) with random weights and inputs. It is built
@@ -234,7 +235,10 @@ def relative_errors(got, ref) -> list[float]:
     return errors
 
 
-def check(name: str, out: Path) -> dict:
+def check(name: str, out: Path, interpret_check: bool = True) -> dict:
+    """Build one case into ``out / name`` and, with ``interpret_check``, compare its interpreted
+    program with eager. ``out / name / expected.pt`` keeps other inputs and eager's outputs for
+    them (CPU, float32): what tests/test_gpu_sweep.py checks the wheel against on a GPU."""
     from aotcombo.builder.pipeline import build_package
     from aotcombo.tools import interpret
 
@@ -251,11 +255,19 @@ def check(name: str, out: Path) -> dict:
         inputs = make_inputs()
         with torch.no_grad():
             ref = model(*inputs)
-        got = interpret.run_variant(result, 0, [t.clone() for t in inputs])
-        errors = relative_errors(got, ref)
-        return {"case": name, "ok": bool(errors) and max(errors) <= 1e-4, "max_error": max(errors, default=None),
-                "launches": result.summary()["launches_per_forward"], "extern_ops": list(result.manifest.extern_ops),
-                "seconds": round(time.perf_counter() - start, 1)}
+        if isinstance(ref, dict):  # a transformers ModelOutput: the package returns a dict
+            ref = dict(ref)
+        row = {"case": name, "launches": result.summary()["launches_per_forward"],
+               "extern_ops": list(result.manifest.extern_ops)}
+        if interpret_check:
+            errors = relative_errors(interpret.run_variant(result, 0, [t.clone() for t in inputs]), ref)
+            row.update(ok=bool(errors) and max(errors) <= 1e-4, max_error=max(errors, default=None))
+        else:
+            relative_errors(ref, ref)  # refuses an all-zero eager output
+            row.update(ok=True, built_only=True)
+        leaves = [t for t in _pytree.tree_leaves(ref) if isinstance(t, torch.Tensor)]  # no library classes
+        torch.save({"inputs": list(inputs), "outputs": leaves}, out / name / "expected.pt")
+        return {**row, "seconds": round(time.perf_counter() - start, 1)}
     except Exception as exc:  # noqa: BLE001 - a sweep records every failure and goes on
         return {"case": name, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:800],
                 "where": traceback.format_exc().splitlines()[-3:]}
@@ -265,6 +277,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("cases", nargs="*", default=list(CASES), help=f"some of: {', '.join(CASES)}")
     parser.add_argument("--out", type=Path, help="also write the JSON lines here")
+    parser.add_argument("--wheels", type=Path, metavar="DIR",
+                        help="keep each case's wheels in DIR/CASE, with expected.pt (other inputs, eager's outputs) "
+                        "for tests/test_gpu_sweep.py")
+    parser.add_argument("--no-interpret", action="store_true",
+                        help="build only (with --wheels: for the GPU check); no comparison under the interpreter")
     args = parser.parse_args()
     unknown = [c for c in args.cases if c not in CASES]
     if unknown:
@@ -274,12 +291,13 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="aotcombo-sweep-") as tmp:
         for name in args.cases:
-            rows.append(check(name, Path(tmp)))
+            rows.append(check(name, args.wheels or Path(tmp), interpret_check=not args.no_interpret))
             print(json.dumps(rows[-1]), flush=True)
     if args.out:
         args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     failed = [r["case"] for r in rows if not r["ok"]]
-    print(f"{len(rows) - len(failed)} of {len(rows)} match eager; failed: {', '.join(failed) or 'none'}")
+    verdict = "built" if args.no_interpret else "match eager"
+    print(f"{len(rows) - len(failed)} of {len(rows)} {verdict}; failed: {', '.join(failed) or 'none'}")
     sys.exit(1 if failed else 0)
 
 
