@@ -7,7 +7,8 @@ MODEL: a zoo model (sample_models/zoo/), ``MODEL@BATCH`` or a sample, as for
 ``zoo_bench.py``. The package runs op by op
 (``graphs=False``: the kernels a graph replay runs, each visible to the profiler) on the
 file's example inputs; per model, the GPU time of each kernel per forward (mean of
-``--calls``), largest first, and the total.
+``--calls``), largest first, and the total. ``--compiled``: torch.compile's (default mode, no
+CUDA graphs, so each kernel shows) beside it.
 """
 
 from __future__ import annotations
@@ -45,14 +46,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("models", nargs="+")
     parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument("--compiled", action="store_true", help="also torch.compile's kernels (default mode)")
     args = parser.parse_args()
     for name in args.models:
-        package, sets, _ = resolve(name)
-        rows = kernel_table(package.load("cuda", graphs=False), sets[0], args.calls)
-        print(f"{name}: {sum(r[2] for r in rows):.1f} us of GPU kernels per forward, "
-              f"{sum(r[1] for r in rows)} kernels", flush=True)
-        for key, count, us in rows:
-            print(f"{us:8.1f} us {count:4d}x  {key[:110]}")
+        package, sets, eager, weights = resolve(name)
+        runs = [("ours", package.load("cuda", graphs=False, weights=weights))]
+        if args.compiled:
+            runs.append(("torch.compile", torch.compile(eager)))
+        for label, model in runs:
+            rows = kernel_table(model, sets[0], args.calls)
+            print(f"{name}, {label}: {sum(r[2] for r in rows):.1f} us of GPU kernels per forward, "
+                  f"{sum(r[1] for r in rows)} kernels", flush=True)
+            for key, count, us in rows:
+                print(f"{us:8.1f} us {count:4d}x  {key[:110]}")
 
 
 if __name__ == "__main__":

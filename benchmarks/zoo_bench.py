@@ -6,8 +6,10 @@ and the package's default call and serving path, side by side, per model.
         python3 benchmarks/zoo_bench.py [MODEL ...] --out $OUT
 
 MODEL: a zoo model (sample_models/zoo/), ``MODEL@BATCH`` for one at another batch size (its
-package ``zoo_MODEL_bBATCH``, built by ``scripts/build_zoo.py MODEL@BATCH``), or a sample
-(branches, transformer_block, adam_step, conv_block). Per model, all in this process, on the file's example inputs drawn with fresh
+package ``zoo_MODEL_bBATCH``, built by ``scripts/build_zoo.py MODEL@BATCH``), a sample
+(branches, transformer_block, adam_step, conv_block), or ``full/MODEL``, a full-size model
+(sample_models/full_size/, package ``full_MODEL`` built with ``--weights external``: both sides
+take the weights of the file's model made here). Per model, all in this process, on the file's example inputs drawn with fresh
 seeds:
 - ``eager``: the file's model with the package's weights, under ``torch.no_grad()``;
 - ``ours_default``: ``pkg.load("cuda")`` called with the caller's tensors (graph mode: copied
@@ -37,7 +39,7 @@ import torch  # noqa: E402
 
 from bench_timing import time_synced, time_synced_interleaved, warm_up  # noqa: E402
 from gpu_support import SAMPLES, fresh_like, import_package  # noqa: E402
-from zoo_support import ZOO, eager_model, fresh_inputs, package_name  # noqa: E402
+from zoo_support import FULL_SIZE_DIR, ZOO, eager_model, fresh_inputs, model_file, package_name  # noqa: E402
 
 SEEDS = (301, 302, 303, 304)
 
@@ -69,21 +71,27 @@ def sample(name: str) -> tuple:
 
 
 def resolve(name: str) -> tuple:
-    """A model named on the command line: its package, input sets (one per seed) and eager model."""
+    """A model named on the command line: its package, input sets (one per seed), eager model
+    and the weights its loads take (None: the package's own)."""
     if name in SAMPLES:
         eager, sets = sample(name)
-        return import_package(name), sets, eager
+        return import_package(name), sets, eager, None
+    if name.startswith("full/"):
+        source = model_file(name.removeprefix("full/"), FULL_SIZE_DIR)
+        eager = source.get_model().cuda()
+        sets = [tuple(t.cuda() for t in source.get_example_inputs(seed=seed)) for seed in SEEDS]
+        return import_package("full_" + name.removeprefix("full/")), sets, eager, eager.state_dict()
     package = import_package(package_name(name))  # MODEL@BATCH: package zoo_MODEL_bBATCH
-    return package, [fresh_inputs(name, seed) for seed in SEEDS], eager_model(name, package)
+    return package, [fresh_inputs(name, seed) for seed in SEEDS], eager_model(name, package), None
 
 
 def bench_model(name: str, calls: int, compile_ro: bool) -> dict:
     row: dict = {"model": name}
-    package, sets, eager = resolve(name)
+    package, sets, eager, weights = resolve(name)
     with torch.no_grad():
         row["eager_ms"] = measure(eager, sets, calls)
-        m = package.load("cuda")
-        static = package.load("cuda", copy_outputs=False)
+        m = package.load("cuda", weights=weights)
+        static = package.load("cuda", copy_outputs=False, weights=weights)
         inputs = static.static_inputs()
         for dst, src in zip(inputs, sets[0]):
             dst.copy_(src)

@@ -5,8 +5,9 @@ built on one torch runs on the device's torch, through its cubins and extern ops
 
     scripts/gpu_check.sh .carry/sweep/*   with AOTCOMBO_GPU_TEST_FILES=tests/test_gpu_sweep.py
 
-The reference is float32 eager on the CPU, so TF32 is off for the package's convolutions and
-matmuls (torch's own flags): the tolerance is float32's, 1e-4 relative L2 per output.
+The reference is float32 eager on the CPU, so cuDNN's TF32 is off for the package's
+convolutions (conftest's ``full_fp32``; matmuls are full fp32 by torch's default): the
+tolerance is float32's, 1e-4 relative L2 per output.
 """
 
 import os
@@ -18,22 +19,14 @@ from torch.utils import _pytree
 
 from gpu_support import TOLERANCE, import_package, relative_error
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("full_fp32")]
 SWEEP = Path(os.environ.get("AOTCOMBO_SWEEP_DIR", Path(__file__).resolve().parents[1] / ".carry" / "sweep"))
 CASES = sorted(p.parent.name for p in SWEEP.glob("*/expected.pt"))
 
 
-@pytest.fixture
-def no_tf32():
-    flags = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
-
-
 @pytest.mark.skipif(not CASES, reason=f"no sweep packages in {SWEEP}")
 @pytest.mark.parametrize("case", CASES)
-def test_sweep_case_matches_eager_on_gpu(case, no_tf32):
+def test_sweep_case_matches_eager_on_gpu(case):
     expected = torch.load(SWEEP / case / "expected.pt", weights_only=True)
     model = import_package(f"sweep_{case}").load("cuda")
     inputs = [t.cuda() if isinstance(t, torch.Tensor) else t for t in expected["inputs"]]

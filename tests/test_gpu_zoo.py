@@ -1,14 +1,13 @@
 """The zoo of real models on a GPU: every package matches eager on fresh inputs, in graph mode
 and op by op, with the package's weights in both (tolerances: zoo_support)."""
 
-import json
 import os
 
 import pytest
 import torch
 
 from gpu_support import import_package
-from zoo_support import ZOO, as_float32, check, eager_model, fresh_inputs, package_name
+from zoo_support import ZOO, as_float32, assert_all_ok, check, eager_model, fresh_inputs, package_name
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("full_fp32")]
 
@@ -50,9 +49,4 @@ def test_zoo_model_matches_eager(zoo, graphs):
         assert type(got) is type(ref) or isinstance(got, dict) and isinstance(ref, dict), (type(got), type(ref))
         rows = check(got, ref, reference)
         report += [{"model": name, "graphs": graphs, "seed": seed, **row} for row in rows]
-    out = os.environ.get("OUT")
-    if out:
-        with open(os.path.join(out, "zoo_check.jsonl"), "a") as f:
-            f.writelines(json.dumps(r) + "\n" for r in report)
-    bad = [r for r in report if not r["ok"]]
-    assert not bad, bad
+    assert_all_ok(report, "zoo_check.jsonl")

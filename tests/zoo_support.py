@@ -25,6 +25,10 @@ from torch.utils import _pytree
 ROOT = Path(__file__).resolve().parents[1]
 ZOO_DIR = ROOT / "sample_models" / "zoo"
 ZOO = tuple(sorted(p.stem for p in ZOO_DIR.glob("*.py") if not p.stem.startswith("_")))
+# full-size models (package ``full_<model>``, built with --weights external: the GPU side makes
+# the model from its file and gives its state_dict to load)
+FULL_SIZE_DIR = ROOT / "sample_models" / "full_size"
+FULL_SIZE = tuple(sorted(p.stem for p in FULL_SIZE_DIR.glob("*.py") if not p.stem.startswith("_")))
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
@@ -48,12 +52,12 @@ def example_inputs(name: str, seed: int = 0) -> tuple:
     return tuple(model_file(model).get_example_inputs(seed=seed, **sizes))
 
 
-def model_file(model: str):
+def model_file(model: str, folder: Path = ZOO_DIR):
     """The model file as a module, importing what lies next to it (``_weights.py``), as
     ``aotcombo build`` runs it."""
-    if str(ZOO_DIR) not in sys.path:
-        sys.path.append(str(ZOO_DIR))
-    spec = importlib.util.spec_from_file_location(f"zoo_file_{model}", ZOO_DIR / f"{model}.py")
+    if str(folder) not in sys.path:
+        sys.path.append(str(folder))
+    spec = importlib.util.spec_from_file_location(f"{folder.name}_file_{model}", folder / f"{model}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -128,3 +132,16 @@ def check(got, eager, reference=None) -> list[dict]:
             error = relative_error(g, e)
             rows.append({**row, "error": error, "tolerance": 1e-4, "ok": error <= 1e-4})
     return rows
+
+
+def assert_all_ok(report: list[dict], filename: str) -> None:
+    """Append the check's rows to ``$OUT/<filename>`` (JSON lines) when OUT is set, then fail
+    on any row not ok."""
+    import json
+
+    out = os.environ.get("OUT")
+    if out:
+        with open(os.path.join(out, filename), "a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in report)
+    bad = [r for r in report if not r["ok"]]
+    assert not bad, bad
