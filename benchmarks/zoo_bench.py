@@ -78,7 +78,7 @@ def resolve(name: str) -> tuple:
         return import_package(name), sets, eager, None
     if name.startswith("full/"):
         source = model_file(name.removeprefix("full/"), FULL_SIZE_DIR)
-        eager = source.get_model().cuda()
+        eager = source.get_model(device="cuda")
         sets = [tuple(t.cuda() for t in source.get_example_inputs(seed=seed)) for seed in SEEDS]
         return import_package("full_" + name.removeprefix("full/")), sets, eager, eager.state_dict()
     package = import_package(package_name(name))  # MODEL@BATCH: package zoo_MODEL_bBATCH

@@ -1,4 +1,4 @@
-"""The wrapper the full-size causal LMs share (imported by the model files next to it)."""
+"""The wrappers the full-size causal LMs share (imported by the model files next to them)."""
 
 from torch import nn
 
@@ -12,3 +12,15 @@ class Logits(nn.Module):
 
     def forward(self, input_ids):
         return self.model(input_ids=input_ids, use_cache=False).logits
+
+
+class CacheStep(nn.Module):
+    """A decode step of transformers' ``TorchExportableModuleWithStaticCache``:
+    ``forward(input_ids, cache_position)``, without its ``inputs_embeds``."""
+
+    def __init__(self, exportable):
+        super().__init__()
+        self.exportable = exportable
+
+    def forward(self, input_ids, cache_position):
+        return self.exportable(input_ids=input_ids, cache_position=cache_position)

@@ -21,12 +21,12 @@ class Encoder(nn.Module):
         return out.last_hidden_state, out.pooler_output
 
 
-def get_model(dtype=torch.float16):
+def get_model(dtype=torch.float16, device="cpu"):
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
     model = BertModel(BertConfig(attn_implementation="sdpa"))
-    return Encoder(model).to(dtype).eval()
+    return Encoder(model).to(dtype).to(device).eval()
 
 
 def get_example_inputs(batch=8, seq=128, seed=0):

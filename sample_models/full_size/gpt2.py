@@ -10,12 +10,12 @@ import torch
 from _wrappers import Logits
 
 
-def get_model(dtype=torch.bfloat16):
+def get_model(dtype=torch.bfloat16, device="cpu"):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(attn_implementation="sdpa"))
-    return Logits(model).to(dtype).eval()
+    return Logits(model).to(dtype).to(device).eval()
 
 
 def get_example_inputs(batch=4, seq=256, seed=0):

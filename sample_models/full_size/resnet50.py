@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 
-def get_model(dtype=torch.float16):
+def get_model(dtype=torch.float16, device="cpu"):
     import torchvision
 
     torch.manual_seed(0)
@@ -21,7 +21,7 @@ def get_model(dtype=torch.float16):
                 m.momentum = None
         model.train()
         model(torch.randn(8, 3, 224, 224, generator=g))
-    return model.to(dtype).eval()
+    return model.to(dtype).to(device).eval()
 
 
 def get_example_inputs(batch=8, seed=0, dtype=torch.float16):

@@ -4,11 +4,11 @@ parameters) at 224x224 in fp16. Eight images; random weights, built with ``--wei
 import torch
 
 
-def get_model(dtype=torch.float16):
+def get_model(dtype=torch.float16, device="cpu"):
     import timm
 
     torch.manual_seed(0)
-    return timm.create_model("vit_base_patch16_224", pretrained=False).to(dtype).eval()
+    return timm.create_model("vit_base_patch16_224", pretrained=False).to(dtype).to(device).eval()
 
 
 def get_example_inputs(batch=8, seed=0, dtype=torch.float16):
