@@ -110,6 +110,39 @@ def test_external_weights_stay_out_of_the_package(tmp_path):
     assert w.file == "weights.pt"
 
 
+class TiedHead(nn.Module):
+    """An embedding and an LM head of one tensor, as GPT-2's and Llama 3.2's are."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(64, 16)
+        self.head = nn.Linear(16, 64, bias=False)
+        self.head.weight = self.embedding.weight
+
+    def forward(self, ids):
+        return self.head(torch.relu(self.embedding(ids)))
+
+
+def test_tied_weights_given_at_load_are_one_tensor_on_the_device(tmp_path):
+    """A state_dict names a tied tensor twice (two views of one storage): load moves it once,
+    so a 1B model's tied LM head does not take its 525 MB twice on the GPU. Moved to the meta
+    device here, where every move is a new tensor."""
+    from aotcombo.runtime.state import weights_for_load
+
+    torch.manual_seed(0)
+    model = TiedHead().eval()
+    result = build_package(model, (torch.randint(0, 64, (2, 5)),), arch=["sm_90"], name="tied", out=tmp_path,
+                           cache=False, weights="external")
+    names = [t.name for t in result.manifest.weights.tensors]
+    assert names == ["embedding.weight", "head.weight"]
+    given = model.state_dict()
+    weights, _ = weights_for_load(result.manifest, {}, torch.device("meta"), given)
+    assert weights[0] is weights[1] and weights[0].device.type == "meta"
+    given["head.weight"] = given["head.weight"].clone()  # untied: two tensors
+    weights, _ = weights_for_load(result.manifest, {}, torch.device("meta"), given)
+    assert weights[0] is not weights[1]
+
+
 class WritesParameter(nn.Module):
     def __init__(self):
         super().__init__()

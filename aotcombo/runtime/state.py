@@ -54,12 +54,12 @@ def weights_for_load(manifest: Manifest, packaged: dict[str, torch.Tensor], devi
         raise ValueError(f"package {manifest.name} was built with --weights external: load(weights=...) must give "
                          f"{len(missing)} tensor(s) it lacks: {shown}; pass the state_dict() of the model it "
                          "was built from")
-    sources = {}
+    sources, moved = {}, {}
     for t in manifest.weights.tensors:
         if t.parts and (t.external or any(p in given for p in t.parts)):
             sources[t.name] = _combined(t, given, packaged, device)
         elif t.name in given:
-            sources[t.name] = _checked(f"weights[{t.name!r}]", given[t.name], t.dtype, t.shape).to(device)
+            sources[t.name] = _moved(_checked(f"weights[{t.name!r}]", given[t.name], t.dtype, t.shape), device, moved)
         else:
             sources[t.name] = packaged[t.name]
     live = {}
@@ -77,6 +77,18 @@ def weights_for_load(manifest: Manifest, packaged: dict[str, torch.Tensor], devi
             live[name] = sources[name].clone()
     weights = [live.get(t.name, sources[t.name]) for t in manifest.weights.tensors]
     return weights, State(live, {name: sources[name] for name in live})
+
+
+def _moved(value: torch.Tensor, device: torch.device, moved: dict) -> torch.Tensor:
+    """``value`` on ``device``, moved once per view of a storage: tied weights (an LM head
+    and its embedding, two names of one tensor in a state_dict) stay one tensor there."""
+    pointer = value.untyped_storage().data_ptr()
+    if not pointer:  # no storage to tell views apart by (meta tensors)
+        return value.to(device)
+    key = (pointer, value.device, value.dtype, value.storage_offset(), tuple(value.shape), value.stride())
+    if key not in moved:
+        moved[key] = value.to(device)
+    return moved[key]
 
 
 def _combined(t, given: Mapping[str, torch.Tensor], packaged: dict, device: torch.device) -> torch.Tensor:
