@@ -220,6 +220,11 @@ CASES = {
     "eva02": (timm_model("eva02_tiny_patch14_224", num_classes=10, img_size=56), images(size=56)),
     "fastvit": (timm_model("fastvit_t8", num_classes=10), images()),
     "pvt_v2": (timm_model("pvt_v2_b0", num_classes=10), images()),
+    "detr": (hf("DetrConfig", "DetrForObjectDetection", use_timm_backbone=False, use_pretrained_backbone=False,
+                backbone_config={"model_type": "resnet", "depths": [1, 1, 1, 1], "hidden_sizes": [16, 32, 64, 128],
+                                 "embedding_size": 16},
+                d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+                encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=10), images(batch=1)),
 }
 
 
