@@ -133,8 +133,9 @@ def test_tied_weights_given_at_load_are_one_tensor_on_the_device(tmp_path):
     model = TiedHead().eval()
     result = build_package(model, (torch.randint(0, 64, (2, 5)),), arch=["sm_90"], name="tied", out=tmp_path,
                            cache=False, weights="external")
-    names = [t.name for t in result.manifest.weights.tensors]
-    assert names == ["embedding.weight", "head.weight"]
+    w = result.manifest.weights
+    assert [(t.name, t.same_as) for t in w.tensors] == [("embedding.weight", None), ("head.weight", "embedding.weight")]
+    assert w.bytes == 64 * 16 * 4  # counted once
     given = model.state_dict()
     weights, _ = weights_for_load(result.manifest, {}, torch.device("meta"), given)
     assert weights[0] is weights[1] and weights[0].device.type == "meta"

@@ -124,10 +124,27 @@ def _specialization(batch: int | None, variants: list[Variant], files: _Files,
     return m.Specialization(batch=batch, inputs=_inputs(lowest.plan.graph, names), variants=entries)
 
 
-def _tensor(name: str, t, external: bool, rows: dict) -> m.Tensor:
+def _tensor(name: str, t, external: bool, rows: dict, same_as: str | None) -> m.Tensor:
     parts = linears.parts(name) or ()
     return m.Tensor(name, str(t.dtype).removeprefix("torch."), tuple(t.shape), external, tuple(parts),
-                    tuple(rows[p] for p in parts))
+                    tuple(rows[p] for p in parts), same_as)
+
+
+def tied(weights: dict) -> dict[str, str]:
+    """Each weight that is a view of an earlier one's exact elements (tied weights: an LM head
+    and its embedding), by name: that earlier name."""
+    first: dict[tuple, str] = {}
+    found = {}
+    for name, t in weights.items():
+        pointer = t.untyped_storage().data_ptr()
+        if not pointer:
+            continue
+        key = (pointer, t.dtype, t.storage_offset(), tuple(t.shape), t.stride())
+        if key in first:
+            found[name] = first[key]
+        else:
+            first[key] = name
+    return found
 
 
 def assemble(name: str, version: str, archs, shapes: m.ShapeMode, variants: list[Variant],
@@ -147,6 +164,7 @@ def assemble(name: str, version: str, archs, shapes: m.ShapeMode, variants: list
     if weights_file is not None:
         files.files[WEIGHTS_FILE] = weights_file
     state = variants[0].plan.graph.state
+    ties = tied(weights)
     versions = tool_versions()
     manifest = m.Manifest(
         name=name,
@@ -159,7 +177,8 @@ def assemble(name: str, version: str, archs, shapes: m.ShapeMode, variants: list
         specializations=specializations,
         weights=m.Weights(
             file=WEIGHTS_FILE if weights_file is not None else None,
-            tensors=tuple(_tensor(name, t, name in external, part_rows or {}) for name, t in weights.items()),
+            tensors=tuple(_tensor(name, t, name in external, part_rows or {}, ties.get(name))
+                          for name, t in weights.items()),
             file_bytes=len(weights_file or b""), sha256=hashlib.sha256(weights_file or b"").hexdigest(),
             state=tuple(name for name in weights if name in state)),
         extern_ops=tuple(sorted({op.op for v in variants for op in v.plan.ops if isinstance(op, g.Extern)})),

@@ -186,6 +186,7 @@ class Tensor:
     # combined into one matmul), and their rows: load(weights=...) gives those, not it.
     parts: tuple[str, ...] = ()
     part_rows: tuple[int, ...] = ()
+    same_as: Union[str, None] = None  # an earlier name of the same tensor (tied weights): stored and loaded once
 
 
 ITEMSIZE = {  # bytes per element of each dtype a manifest may name
@@ -210,9 +211,11 @@ class Weights:
 
     @property
     def bytes(self) -> int:
-        """The tensors' data."""
+        """The tensors' data, a tied tensor once."""
         total = 0
         for t in self.tensors:
+            if t.same_as is not None:
+                continue
             n = ITEMSIZE.get(t.dtype, 1)
             for d in t.shape:
                 n *= d

@@ -149,7 +149,8 @@ def inspect_package(target: str | Path) -> dict:
         "ptx_arch": f"sm_{manifest.ptx_arch}",
         "inputs": [dataclasses.asdict(i) for i in manifest.inputs],
         "weights": {"file": w.file, "file_bytes": w.file_bytes, "tensors": len(w.tensors), "bytes": w.bytes,
-                    "external": len(w.external), "state": list(w.state)},
+                    "external": len(w.external), "state": list(w.state),
+                    "tied": {t.name: t.same_as for t in w.tensors if t.same_as is not None}},
         "extern_ops": list(manifest.extern_ops),
         "stats": {**dataclasses.asdict(stats), "launches_per_forward": stats.launches_per_forward,
                   "launches_uncombined": stats.launches_uncombined},
@@ -211,6 +212,7 @@ def format_text(info: dict, arch: str | None = None) -> str:
         *_shapes_line(info["shapes"]),
         f"weights: {w['tensors'] if w['tensors'] is not None else '?'} tensors, {_mb(w['bytes'])}"
         + (f" ({w['file']}: {_mb(w['file_bytes'])})" if w.get("file") else "")
+        + (f"; tied: {', '.join(f'{a} = {b}' for a, b in w['tied'].items())}" if w.get("tied") else "")
         + (f"; {w['external']} given at load (--weights external)" if w.get("external") else "")
         + (f"; state, updated by forward: {', '.join(w['state'])}" if w.get("state") else ""),
         f"launches per forward: {s.get('launches_per_forward')} = {_plural(s.get('combos'), 'combo kernel')} + "
