@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from gpu_support import import_package
-from zoo_support import FULL_SIZE, FULL_SIZE_DIR, as_float32, assert_all_ok, check, model_file, relative_error
+from zoo_support import FULL_SIZE, FULL_SIZE_DIR, as_float32, assert_all_ok, check, model_file
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("full_fp32")]
 
@@ -69,12 +69,6 @@ def test_full_size_decode_steps_match_eager(name, graphs):
             report += [{"model": name, "graphs": graphs, "step": pos, **row} for row in rows]
         caches, caches32 = dict(eager.named_buffers()), dict(model32.named_buffers())
         for key, tensor in loaded.state().items():  # against float32's cache, as the logits
-            row = {"model": name, "graphs": graphs, "state": key}
-            if tensor.is_floating_point():
-                error, eager_error = relative_error(tensor, caches32[key]), relative_error(caches[key], caches32[key])
-                tolerance = max(1e-2, 2 * eager_error)
-                row.update(error=error, eager_error=eager_error, tolerance=tolerance, ok=error <= tolerance)
-            else:
-                row.update(ok=bool(torch.equal(tensor, caches[key])))
-            report.append(row)
+            rows = check(tensor, caches[key], caches32[key])
+            report += [{"model": name, "graphs": graphs, "state": key, **row} for row in rows]
     assert_all_ok(report, "full_size_check.jsonl")

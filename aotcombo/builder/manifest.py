@@ -13,6 +13,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from ..runtime import manifest as m
+from ..runtime.state import view_key
 from . import codegen, graph as g, linears
 from .environment import RUNTIME_TORCH, tool_versions
 from .plan import ComboLaunch, Plan
@@ -131,15 +132,14 @@ def _tensor(name: str, t, external: bool, rows: dict, same_as: str | None) -> m.
 
 
 def tied(weights: dict) -> dict[str, str]:
-    """Each weight that is a view of an earlier one's exact elements (tied weights: an LM head
-    and its embedding), by name: that earlier name."""
+    """Each weight that is an earlier one (``state.view_key``: tied weights), by name: that
+    earlier name."""
     first: dict[tuple, str] = {}
     found = {}
     for name, t in weights.items():
-        pointer = t.untyped_storage().data_ptr()
-        if not pointer:
+        key = view_key(t)
+        if key is None:
             continue
-        key = (pointer, t.dtype, t.storage_offset(), tuple(t.shape), t.stride())
         if key in first:
             found[name] = first[key]
         else:

@@ -79,13 +79,19 @@ def weights_for_load(manifest: Manifest, packaged: dict[str, torch.Tensor], devi
     return weights, State(live, {name: sources[name] for name in live})
 
 
+def view_key(t: torch.Tensor) -> tuple | None:
+    """What makes two tensors one: the same elements of the same storage, alike viewed (tied
+    weights: an LM head and its embedding, two names of one tensor in a state_dict); None for
+    a tensor without storage to tell (meta)."""
+    pointer = t.untyped_storage().data_ptr()
+    return (pointer, t.device, t.dtype, t.storage_offset(), tuple(t.shape), t.stride()) if pointer else None
+
+
 def _moved(value: torch.Tensor, device: torch.device, moved: dict) -> torch.Tensor:
-    """``value`` on ``device``, moved once per view of a storage: tied weights (an LM head
-    and its embedding, two names of one tensor in a state_dict) stay one tensor there."""
-    pointer = value.untyped_storage().data_ptr()
-    if not pointer:  # no storage to tell views apart by (meta tensors)
+    """``value`` on ``device``, moved once per ``view_key``: tied weights stay one tensor there."""
+    key = view_key(value)
+    if key is None:
         return value.to(device)
-    key = (pointer, value.device, value.dtype, value.storage_offset(), tuple(value.shape), value.stride())
     if key not in moved:
         moved[key] = value.to(device)
     return moved[key]
