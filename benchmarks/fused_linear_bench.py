@@ -41,8 +41,12 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aotcombo.builder import fused_linear_kernels, fused_linears as fl, graph as g  # noqa: E402
-from aotcombo.builder.inductor import KERNEL_PRELUDE  # noqa: E402
+from aotcombo.builder.kernels.linear import lowering as fused_linear_kernels  # noqa: E402
+from aotcombo.builder.kernels import common as kernels_common
+from aotcombo.builder.kernels.linear import recipe as kernels_linear_recipe
+
+from aotcombo.builder import graph as g  # noqa: E402
+from aotcombo.builder.trace.config import KERNEL_PRELUDE  # noqa: E402
 
 # (M, K, N, dtype, pattern): transformer shapes from ViT-tiny/GPT-2 (the zoo) up to large GEMMs
 SHAPES = [
@@ -59,9 +63,9 @@ SHAPES = [
 ]
 SETS, CALLS, REPLAYS = 4, 10, 50
 # Other tile configs timed beside the rule's: what the rule is checked against.
-CANDIDATES = [fl.Tiles(16, 32, 64, 4, 3), fl.Tiles(16, 64, 64, 4, 3), fl.Tiles(32, 32, 64, 4, 3),
-              fl.Tiles(32, 64, 64, 4, 3), fl.Tiles(64, 64, 64, 4, 3), fl.Tiles(64, 128, 64, 4, 3),
-              fl.Tiles(16, 32, 128, 4, 3), fl.Tiles(16, 32, 64, 2, 3)]
+CANDIDATES = [kernels_linear_recipe.Tiles(16, 32, 64, 4, 3), kernels_linear_recipe.Tiles(16, 64, 64, 4, 3), kernels_linear_recipe.Tiles(32, 32, 64, 4, 3),
+              kernels_linear_recipe.Tiles(32, 64, 64, 4, 3), kernels_linear_recipe.Tiles(64, 64, 64, 4, 3), kernels_linear_recipe.Tiles(64, 128, 64, 4, 3),
+              kernels_linear_recipe.Tiles(16, 32, 128, 4, 3), kernels_linear_recipe.Tiles(16, 32, 64, 2, 3)]
 
 # The decode step's linears (K, N, pattern): sample_models/llm_decode.py's sizes, at --rows.
 DECODE_LINEARS = ((1024, 1536, "rms"), (1024, 1024, "addmm"), (1024, 2816, "glu"), (2816, 1024, "addmm"),
@@ -75,29 +79,29 @@ DOT_CANDIDATES = ((16, 256, 4, 3), (16, 512, 4, 3), (16, 1024, 4, 2), (32, 256, 
                   (64, 256, 4, 3), (32, 128, 4, 3), (16, 512, 8, 3))
 
 
-def decode_recipe(m, k, n, pattern) -> fl.Recipe:
+def decode_recipe(m, k, n, pattern) -> kernels_linear_recipe.Recipe:
     """An llm_decode linear: no bias; "addmm": the residual as C; "glu": W of 2N rows."""
     glu = pattern == "glu"
-    return fl.Recipe(m=m, n=n, k=k, weight_layout="nk", bias="full" if pattern == "addmm" else None, glu=glu,
+    return kernels_linear_recipe.Recipe(m=m, n=n, k=k, weight_layout="nk", bias="full" if pattern == "addmm" else None, glu=glu,
                      norm="rms" if pattern in ("rms", "glu") else None, eps=1e-5, norm_weight=pattern != "addmm",
                      norm_bias=False, norm_cast="bfloat16" if pattern != "addmm" else None, extras=(),
                      epilogue=(("t0", "silu", ("acc",)), ("t1", "mul", ("t0", "acc_up"))) if glu else (),
                      result="t1" if glu else "acc", dtype="bfloat16", out_dtype="bfloat16")
 
 
-def recipe(m, k, n, dtype, pattern) -> fl.Recipe:
+def recipe(m, k, n, dtype, pattern) -> kernels_linear_recipe.Recipe:
     norm = "rms" if "rms" in pattern else "layer" if "layer" in pattern else None
     epilogue, extras = (), ()
     if "gelu" in pattern:
         epilogue = (("t0", "gelu", ("acc",)),)
     if "residual" in pattern:
         epilogue, extras = (("t0", "add", ("acc", "e0")),), ("full",)
-    return fl.Recipe(m=m, n=n, k=k, weight_layout="nk", bias="row", glu=False, norm=norm, eps=1e-5,
+    return kernels_linear_recipe.Recipe(m=m, n=n, k=k, weight_layout="nk", bias="row", glu=False, norm=norm, eps=1e-5,
                      norm_weight=norm is not None, norm_bias=norm == "layer", norm_cast=None, extras=extras,
                      epilogue=epilogue, result="t0" if epilogue else "acc", dtype=dtype, out_dtype=dtype)
 
 
-def operands(r: fl.Recipe, device, seed: int) -> dict:
+def operands(r: kernels_linear_recipe.Recipe, device, seed: int) -> dict:
     gen = torch.Generator(device=device).manual_seed(seed)
     dtype = getattr(torch, r.dtype)
 
@@ -117,7 +121,7 @@ def operands(r: fl.Recipe, device, seed: int) -> dict:
     return t
 
 
-def reference(r: fl.Recipe, t: dict, dtype=None) -> torch.Tensor:
+def reference(r: kernels_linear_recipe.Recipe, t: dict, dtype=None) -> torch.Tensor:
     """The unfused ops: torch's kernels (in ``dtype``: float64 for the check)."""
     cast = (lambda v: v.to(dtype)) if dtype else (lambda v: v)
     x = cast(t["x"])
@@ -135,10 +139,10 @@ def reference(r: fl.Recipe, t: dict, dtype=None) -> torch.Tensor:
     return y
 
 
-def fused_kernel(r: fl.Recipe, t: dict, directory: Path, config: fl.Tiles | None = None):
+def fused_kernel(r: kernels_linear_recipe.Recipe, t: dict, directory: Path, config: kernels_linear_recipe.Tiles | None = None):
     names = ["x", "w"] + [n for n in ("bias", "norm_weight", "norm_bias", "e0") if n in t]
     specs = {n: g.TensorSpec(tuple(t[n].shape), tuple(t[n].stride()), r.dtype) for n in names + ["out"]}
-    op = g.Extern(op=f"{fl.OP}.default", args=(g.Ref("x"), g.Ref("w"), [g.Ref(n) for n in names[2:]], r.to_json()),
+    op = g.Extern(op=f"{kernels_linear_recipe.OP}.default", args=(g.Ref("x"), g.Ref("w"), [g.Ref(n) for n in names[2:]], r.to_json()),
                   kwargs=(), out="out", writes=())
     kernel, args = fused_linear_kernels.kernel_for(op, specs, config)
     path = directory / f"{kernel.name}.py"
@@ -155,7 +159,7 @@ def fused_kernel(r: fl.Recipe, t: dict, directory: Path, config: fl.Tiles | None
     return launch, kernel
 
 
-def checked(r: fl.Recipe, device, directory: Path):
+def checked(r: kernels_linear_recipe.Recipe, device, directory: Path):
     """The rule's kernel for ``r`` on timing sets and on a fresh check set (its output
     poisoned first): (sets, launch, kernel, check set, float64 reference, relative L2 error)."""
     sets = [operands(r, device, seed) for seed in range(SETS)]
@@ -206,10 +210,10 @@ def decode(out: Path | None, row_counts: list[int]) -> None:
                 cublas = time_graph(lambda t: F.linear(t["x"], t["w"]), sets)
             fused = time_graph(launch, sets)
             others = {}
-            rule = fl.tiles(m, n, k, r.dtype)
-            gemv = m <= fl.GEMV_MAX_ROWS
+            rule = kernels_linear_recipe.tiles(m, n, k, r.dtype)
+            gemv = m <= kernels_linear_recipe.GEMV_MAX_ROWS
             for bn, bk, warps, stages in GEMV_CANDIDATES if gemv else DOT_CANDIDATES:
-                config = fl.Tiles(fl._next_power_of_2(m) if gemv else 16, bn, min(bk, fl._next_power_of_2(k)), warps,
+                config = kernels_linear_recipe.Tiles(kernels_common.next_power_of_2(m) if gemv else 16, bn, min(bk, kernels_common.next_power_of_2(k)), warps,
                                   stages, gemv=gemv)
                 if config == rule or gemv and config.block_m * bn * config.block_k > 32768:
                     continue
@@ -255,19 +259,19 @@ def main() -> None:
             fused = time_graph(launch, sets)
             others, errors = {}, {}
             if dtype == "float32":  # the rule's tiles with exact fp32 products instead of tf32x3
-                chosen, fl.FP32_DOT_PRECISION = fl.FP32_DOT_PRECISION, "ieee"
+                chosen, kernels_linear_recipe.FP32_DOT_PRECISION = kernels_linear_recipe.FP32_DOT_PRECISION, "ieee"
                 try:
                     ieee, _ = fused_kernel(r, sets[0], Path(tmp))
                 finally:
-                    fl.FP32_DOT_PRECISION = chosen
+                    kernels_linear_recipe.FP32_DOT_PRECISION = chosen
                 check["out"].fill_(float("nan"))
                 ieee(check)
                 others["rule/ieee"] = round(time_graph(ieee, sets), 2)
                 errors["rule/ieee"] = float((check["out"].double() - ref).norm() / ref.norm())
             for config in CANDIDATES:
                 if dtype == "float32":
-                    config = fl.Tiles(config.block_m, config.block_n, 32, config.num_warps, 2)
-                if config == fl.tiles(m, n, k, dtype) or config.block_m > 2 * max(16, m):
+                    config = kernels_linear_recipe.Tiles(config.block_m, config.block_n, 32, config.num_warps, 2)
+                if config == kernels_linear_recipe.tiles(m, n, k, dtype) or config.block_m > 2 * max(16, m):
                     continue
                 other, _ = fused_kernel(r, sets[0], Path(tmp), config)
                 try:

@@ -32,8 +32,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 from bench_timing import time_synced, warm_up  # noqa: E402
 from gpu_support import SAMPLES, compare, fresh_like  # noqa: E402
 
-from aotcombo.builder import shapes  # noqa: E402
-from aotcombo.builder.modelfile import batch_inputs_function, load_model_file  # noqa: E402
+from aotcombo.builder.inputs import shapes  # noqa: E402
+from aotcombo.builder.inputs.modelfile import batch_inputs_function, load_model_file  # noqa: E402
 
 SIZES = (1, 8, 32)
 SETS = 4

@@ -60,7 +60,7 @@ def measure_interleaved(fns: list, sets_per_fn: list, calls: int) -> list[float]
 
 def sample(name: str) -> tuple:
     """A sample's eager model on the GPU and input sets drawn with fresh seeds."""
-    from aotcombo.builder.modelfile import load_model_file
+    from aotcombo.builder.inputs.modelfile import load_model_file
 
     model, example = load_model_file(HERE.parent / "sample_models" / f"{name}.py")
     sets = []

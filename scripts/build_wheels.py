@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from aotcombo.builder.pipeline import build_package as build  # noqa: E402
-from aotcombo.builder.modelfile import batch_inputs_function, load_model_file  # noqa: E402
+from aotcombo.builder.inputs.modelfile import batch_inputs_function, load_model_file  # noqa: E402
 from aotcombo.runtime.manifest import Buckets, Dynamic  # noqa: E402
 
 SAMPLES = ("branches", "transformer_block", "adam_step", "conv_block")

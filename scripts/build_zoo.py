@@ -24,13 +24,14 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from zoo_support import ZOO, at_batch, example_inputs, model_file, package_name  # noqa: E402
 
-from aotcombo.builder import graph as g, inductor  # noqa: E402
+from aotcombo.builder import graph as g  # noqa: E402
+from aotcombo.builder.trace import entry as trace_entry
 from aotcombo.builder.pipeline import build_package  # noqa: E402
 from aotcombo.errors import BuildError  # noqa: E402
 
 
 def inductor_combo_launches(model, inputs, arch: int) -> int:
-    graph, _, _ = inductor.trace(model, inputs, arch, inductor_combo_kernels=True)
+    graph, _, _ = trace_entry.trace_model(model, inputs, arch, inductor_combo_kernels=True)
     return sum(isinstance(op, (g.Launch, g.Extern)) for op in graph.ops)
 
 

@@ -17,7 +17,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import coverage_models  # noqa: E402
 
-from aotcombo.builder import graph as g, inductor as inductor_bridge, plan  # noqa: E402
+from aotcombo.builder import graph as g  # noqa: E402
+from aotcombo.builder.trace import entry as trace_entry
+
+from aotcombo.builder.plan import combos as plan  # noqa: E402
 from aotcombo.errors import BuildError  # noqa: E402
 
 NOTES = {
@@ -47,10 +50,10 @@ def row(name, factory, supported):
     else:
         test = f"`tests/test_coverage.py::test_unsupported_construct_fails_clearly[{name}]`"
     try:
-        ours, _, _ = inductor_bridge.trace(model, inputs, 90)
+        ours, _, _ = trace_entry.trace_model(model, inputs, 90)
     except BuildError:
         return f"| {name} | no | {test} | – | – | – | {NOTES.get(name, '')} |", None
-    theirs, _, _ = inductor_bridge.trace(model, inputs, 90, inductor_combo_kernels=True)
+    theirs, _, _ = trace_entry.trace_model(model, inputs, 90, inductor_combo_kernels=True)
     planned = plan.make_plan(ours)
     mine = len(planned.combos) + planned.extern_calls
     inductor = launches(theirs)

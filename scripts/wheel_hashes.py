@@ -23,7 +23,7 @@ SAMPLES = ("branches", "transformer_block", "adam_step", "conv_block")
 def main(out: Path) -> None:
     sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
     import aotcombo
-    from aotcombo.builder.modelfile import load_model_file
+    from aotcombo.builder.inputs.modelfile import load_model_file
     from aotcombo.builder.pipeline import build_package
     from zoo_support import ZOO, model_file
 

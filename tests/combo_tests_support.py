@@ -4,7 +4,7 @@ kernels, and check it against eager under Triton's interpreter. Shared by
 
 Launches per forward: combo launches + extern calls for aotcombo (``BuildResult.summary()``),
 kernel launches + extern calls of the program Inductor makes with ``combo_kernels=True``
-(``inductor_bridge.trace(..., inductor_combo_kernels=True)``: what
+(``trace_entry.trace_model(..., inductor_combo_kernels=True)``: what
 ``torch.compile(options={"combo_kernels": True})`` runs, with Inductor's other defaults),
 both traced in this process for sm_90 on the same model and inputs (with a dynamic batch:
 the same batched inputs and range).
@@ -37,9 +37,10 @@ class Measured:
 
 
 def inductor_launches(model, inputs, dynamic=None) -> int:
-    from aotcombo.builder import graph as g, inductor as inductor_bridge
+    from aotcombo.builder import graph as g
+    from aotcombo.builder.trace import entry as trace_entry
 
-    graph, _, _ = inductor_bridge.trace(model, inputs, 90, inductor_combo_kernels=True, dynamic=dynamic)
+    graph, _, _ = trace_entry.trace_model(model, inputs, 90, inductor_combo_kernels=True, dynamic=dynamic)
     return sum(isinstance(op, (g.Launch, g.Extern)) for op in graph.ops)
 
 

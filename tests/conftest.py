@@ -41,7 +41,7 @@ def full_fp32():
 @pytest.fixture(scope="module", params=SAMPLES)
 def sample(request):
     """(name, eager sample model on the GPU, its example inputs on the GPU): the GPU tests' samples."""
-    from aotcombo.builder.modelfile import load_model_file
+    from aotcombo.builder.inputs.modelfile import load_model_file
 
     model, inputs = load_model_file(ROOT / "sample_models" / f"{request.param}.py")
     return request.param, model.cuda(), [t.cuda() for t in inputs]

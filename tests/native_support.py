@@ -9,7 +9,7 @@ import tempfile
 
 import pytest
 
-from aotcombo.builder import native
+from aotcombo.builder.compile import native
 
 
 @functools.lru_cache(maxsize=None)

@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 from aotcombo.tools import interpret
-from aotcombo.builder import shapes
+from aotcombo.builder.inputs import shapes
 from aotcombo.errors import UsageError
 from aotcombo.builder.pipeline import build_package
-from aotcombo.builder import options
+from aotcombo.builder.inputs import options
 from aotcombo.runtime.buckets import BucketedModel, lookup_table
 from aotcombo.runtime.manifest import Buckets, Dynamic
 

@@ -22,13 +22,15 @@ import pytest
 import torch
 
 import aotcombo
-from aotcombo.builder import cache as cache_mod
-from aotcombo.builder.fingerprint import Uncacheable
+from aotcombo.builder.cache import store as cache_mod
+from aotcombo.builder.cache.fingerprint import Uncacheable
 from aotcombo.runtime.manifest import Manifest, ManifestError
-from aotcombo.builder import compiler
+from aotcombo.builder.codegen import combo as codegen_combo
+from aotcombo.builder.compile import scheduler as compile_scheduler
+from aotcombo.builder.compile import triton_job as compile_triton_job
 from aotcombo.builder.pipeline import BuildResult, build_package as build
 from aotcombo.tools.cli import main
-from aotcombo.builder.modelfile import load_model_file
+from aotcombo.builder.inputs.modelfile import load_model_file
 from aotcombo.progress import Reporter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -318,7 +320,7 @@ def test_a_library_in_a_virtual_environment_is_part_of_the_trace_key(tmp_path, m
     import importlib
     import sysconfig
 
-    from aotcombo.builder import usercode
+    from aotcombo.builder.inputs import usercode
 
     lib = tmp_path / "venv" / "lib" / "python3.11"
     package = lib / "site-packages" / "scaledlib"
@@ -372,8 +374,8 @@ def test_parallel_compile_gives_the_same_wheel(mlp_file, tmp_path, builds, monke
     serial = build(model, inputs, arch=["sm_80", "sm_90"], name="mlp", out=tmp_path / "serial", cache=False, jobs=1)
     # Every kernel of the parallel build goes to a worker: a pool however small the
     # build, and nothing compiled here after it broke.
-    monkeypatch.setattr(compiler, "POOL_THRESHOLD_S", 0.0)
-    monkeypatch.setattr(compiler, "run_job", _not_here)
+    monkeypatch.setattr(compile_scheduler, "POOL_THRESHOLD_S", 0.0)
+    monkeypatch.setattr(compile_scheduler, "run_job", _not_here)
     parallel = build(model, inputs, arch=["sm_80", "sm_90"], name="mlp", out=tmp_path / "parallel", cache=False,
                      jobs=2)
     assert sha256(serial.wheel) == sha256(parallel.wheel)
@@ -382,12 +384,11 @@ def test_parallel_compile_gives_the_same_wheel(mlp_file, tmp_path, builds, monke
 
 def _jobs(builds) -> list:
     """One of the MLP's kernels for four archs."""
-    from aotcombo.builder import codegen
 
     variant = builds[0].variants[0]
     combo = variant.plan.combos[0]
-    signature, aligned = codegen.combo_signature(combo)
-    return [compiler.Job(f"sm_{arch}/{combo.name}", codegen.render_combo(combo, pdl=arch >= codegen.PDL_MIN_ARCH),
+    signature, aligned = codegen_combo.combo_signature(combo)
+    return [compile_triton_job.Job(f"sm_{arch}/{combo.name}", codegen_combo.render_combo(combo, pdl=arch >= codegen_combo.PDL_MIN_ARCH),
                          combo.name, tuple(signature.items()), tuple(aligned), arch, combo.num_warps)
             for arch in (80, 86, 89, 90)]
 
@@ -395,9 +396,9 @@ def _jobs(builds) -> list:
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
 def test_scheduler_compiles_in_workers(builds, method, monkeypatch):
     jobs = _jobs(builds)
-    expected = {job.label: compiler.run_job(job).cubin for job in jobs}
-    monkeypatch.setattr(compiler, "run_job", _not_here)
-    scheduler = compiler.Scheduler(cache_mod.Cache(None), 2, Reporter(quiet=True), None, method=method)
+    expected = {job.label: compile_triton_job.run_job(job).cubin for job in jobs}
+    monkeypatch.setattr(compile_scheduler, "run_job", _not_here)
+    scheduler = compile_scheduler.Scheduler(cache_mod.Cache(None), 2, Reporter(quiet=True), None, method=method)
     scheduler.start_pool()
     scheduler.starting.join()  # the workers are up: each job goes to them as it is added
     for job in jobs:
@@ -412,12 +413,12 @@ def test_scheduler_compiles_in_workers(builds, method, monkeypatch):
 UNGUARDED = """\
 import sys
 import aotcombo
-from aotcombo.builder import compiler
+from aotcombo.builder.compile import scheduler as compile_scheduler
 
 sys.path.insert(0, {src!r})
 from mlp import get_example_inputs, get_model
 
-compiler.POOL_THRESHOLD_S = 0.0  # workers however small the build
+compile_scheduler.POOL_THRESHOLD_S = 0.0  # workers however small the build
 aotcombo.build(get_model(), get_example_inputs(), arch=["sm_80", "sm_90"], name="mlp", out={out!r}, cache=False, jobs=2)
 print("built")
 """
@@ -442,7 +443,7 @@ def test_a_build_at_a_script_s_top_level_runs_once(mlp_file, tmp_path, method):
 def test_a_compile_worker_importing_the_script_refuses_to_build(monkeypatch):
     import multiprocessing
 
-    from aotcombo.builder.environment import check_environment
+    from aotcombo.builder.inputs.environment import check_environment
     from aotcombo.errors import EnvironmentError_
 
     monkeypatch.setattr(multiprocessing.current_process(), "_inheriting", True, raising=False)
@@ -453,9 +454,9 @@ def test_a_compile_worker_importing_the_script_refuses_to_build(monkeypatch):
 
 def test_resource_usage_from_cuobjdump(builds):
     binary = next(iter(builds[0].variants[0].binaries.values()))
-    usage = compiler.resource_usage(binary.cubin, binary.name)
+    usage = compile_triton_job.resource_usage(binary.cubin, binary.name)
     assert usage["registers"] == binary.registers > 0 and usage["local"] == binary.spills == 0
-    assert compiler.resource_usage(b"not an elf", binary.name) == {}
+    assert compile_triton_job.resource_usage(b"not an elf", binary.name) == {}
 
 
 # --- the CLI, end to end ----------------------------------------------------------------------------

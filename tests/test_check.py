@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from aotcombo.builder import graph as g
-from aotcombo.builder.check import check_on_meta, load_program
+from aotcombo.builder.codegen.check import check_on_meta, load_program
 from aotcombo.errors import UnsupportedModelError
 
 PROGRAM = """

@@ -8,7 +8,7 @@ How the harder ones are triggered:
 * wrong torch version: ``torch.__version__`` monkeypatched to 2.13.0;
 * missing build dependency: ``sys.modules["jinja2"] = None`` (``find_spec`` then fails);
 * an op that cannot be lowered: a model with a data-dependent shape (``x[x > 0]``);
-* Triton compile error: ``codegen.render_combo`` monkeypatched to add a broken
+* Triton compile error: ``codegen_combo.render_combo`` monkeypatched to add a broken
   statement to every combo kernel (real Triton fails on it, in-process and in a
   worker process);
 * unwritable --out: a path whose parent is a file (we run as root, so permission
@@ -33,9 +33,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from aotcombo.builder import pipeline
+from aotcombo.builder.codegen import combo as codegen_combo
+from aotcombo.builder.compile import scheduler as compile_scheduler
+from aotcombo.builder.compile import triton_job as compile_triton_job
 
-from aotcombo.builder import codegen, compiler, wheel as package
-from aotcombo.builder import plan as plan_mod
+from aotcombo.builder.package import wheel as package
 from aotcombo.tools.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -258,7 +261,7 @@ def _broken(render):
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_triton_compile_error(capsys, mlp, tmp_path, monkeypatch, jobs):
-    monkeypatch.setattr(codegen, "render_combo", _broken(codegen.render_combo))
+    monkeypatch.setattr(pipeline, "render_combo", _broken(codegen_combo.render_combo))
     code, _, err = run(capsys, mlp, "--arch", "sm_90", "--out", tmp_path / "out", "--jobs", jobs)
     assert code == 5
     assert_one_error(err, "kernel compile failed", "Triton could not compile combo_0 for sm_90", "arange")
@@ -274,19 +277,19 @@ def test_compile_error_in_a_worker_process_comes_back_whole(tmp_path):
     import pickle
 
     source = "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef k(x):\n    _bad = tl.arange(0, 3)\n"
-    job = compiler.Job("sm_90/k", source, "k", (("x", "*fp32"),), (), 90, 4)
-    error = compiler._compile_error(job, ValueError("boom"))
+    job = compile_triton_job.Job("sm_90/k", source, "k", (("x", "*fp32"),), (), 90, 4)
+    error = compile_triton_job.compile_error(job, ValueError("boom"))
     copy = pickle.loads(pickle.dumps(error))
     assert (type(copy), copy.message, copy.fix, copy.detail) == (type(error), error.message, error.fix, error.detail)
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        with pytest.raises(compiler.CompileError) as info:
-            pool.submit(compiler._run_in_worker, job, str(tmp_path / "triton")).result()
+        with pytest.raises(compile_triton_job.CompileError) as info:
+            pool.submit(compile_scheduler._run_in_worker, job, str(tmp_path / "triton")).result()
     assert "Triton could not compile k for sm_90" in info.value.message
     assert "saved at" in info.value.fix and info.value.detail and "arange" in info.value.detail
 
 
 def test_compile_error_verbose_shows_the_traceback(capsys, mlp, tmp_path, monkeypatch):
-    monkeypatch.setattr(codegen, "render_combo", _broken(codegen.render_combo))
+    monkeypatch.setattr(pipeline, "render_combo", _broken(codegen_combo.render_combo))
     code = main(["build", str(mlp), "--arch", "sm_90", "--out", str(tmp_path / "out"), "-j", "1", "-v"])
     err = capsys.readouterr().err
     assert code == 5 and "Traceback" in err
@@ -372,7 +375,7 @@ def test_ctrl_c(capsys, mlp, tmp_path, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(compiler, "run_job", interrupted)
+    monkeypatch.setattr(compile_scheduler, "run_job", interrupted)
     out = tmp_path / "out"
     code, _, err = run(capsys, mlp, "--arch", "sm_80", "--out", out, "--no-cache", "-j", "1")
     assert code == 130
@@ -384,7 +387,7 @@ def test_internal_error(capsys, mlp, tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("a bug\nwith a second line")
 
-    monkeypatch.setattr(plan_mod, "make_plan", broken)
+    monkeypatch.setattr(pipeline, "make_plan", broken)
     code, _, err = run(capsys, mlp, "--arch", "sm_90", "--out", tmp_path / "out")
     assert code == 70
     assert "aotcombo: internal error: RuntimeError: a bug\n  nothing was written; rerun with --verbose" in err
@@ -463,10 +466,10 @@ def test_workers_leave_with_the_main_process(tmp_path, method):
     script = f"""
 import os, sys
 sys.path.insert(0, {str(ROOT)!r})
-from aotcombo.builder import compiler
-from aotcombo.builder.cache import Cache
+from aotcombo.builder.cache.store import Cache
+from aotcombo.builder.compile import scheduler as compile_scheduler
 from aotcombo.progress import Reporter
-scheduler = compiler.Scheduler(Cache(None), 2, Reporter(quiet=True), None, method={method!r})
+scheduler = compile_scheduler.Scheduler(Cache(None), 2, Reporter(quiet=True), None, method={method!r})
 scheduler.start_pool()
 scheduler.starting.join()
 print(*[p.pid for p in scheduler.pool._processes.values()], flush=True)

@@ -5,9 +5,13 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from aotcombo.builder.codegen import combo as codegen_combo
+from aotcombo.builder.codegen import program as codegen_program
+from aotcombo.builder.codegen import render as codegen_render
+from aotcombo.builder.compile import triton_job as compile_triton_job
 
-from aotcombo.builder import codegen, compiler, graph as g
-from aotcombo.builder.plan import make_plan
+from aotcombo.builder import graph as g
+from aotcombo.builder.plan.combos import make_plan
 
 from test_plan import Builder, pointwise, reduction
 
@@ -33,7 +37,7 @@ def two_kernel_plan(dispatch="sequential"):
 
 def test_combo_kernel_dispatches_on_program_id_ranges():
     combo = two_kernel_plan().combos[0]
-    source = codegen.render_combo(combo)
+    source = codegen_combo.render_combo(combo)
     ast.parse(source)
     assert "def tri_a(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr, pid_x, pid_y, pid_z):" in source
     assert "tl.program_id(0) * XBLOCK" not in source.split("def combo_0")[0]
@@ -49,7 +53,7 @@ def test_combo_kernel_dispatches_on_program_id_ranges():
 
 def test_round_robin_interleaves_programs():
     combo = two_kernel_plan("round_robin").combos[0]
-    body = codegen.render_combo(combo).split("def combo_0")[1]
+    body = codegen_combo.render_combo(combo).split("def combo_0")[1]
     assert "if pid % 2 == 0 and pid // 2 < 4:" in body
     assert "elif pid % 2 == 1 and pid // 2 < 8:" in body
     assert combo.grid == 2 * 8
@@ -57,7 +61,7 @@ def test_round_robin_interleaves_programs():
 
 def test_combo_signature_types_and_alignment():
     combo = two_kernel_plan().combos[0]
-    signature, aligned = codegen.combo_signature(combo)
+    signature, aligned = codegen_combo.combo_signature(combo)
     assert signature == {"in0": "*fp32", "in1": "*fp32", "in2": "*fp32", "in3": "*fp32"}  # arg0_1 buf0 arg1_1 buf1
     assert aligned == []
 
@@ -81,10 +85,10 @@ def test_a_size_declared_i32_and_i64_is_passed_as_i64_and_cast_back():
         outs.append(out)
     combo = make_plan(b.graph(outs)).combos[0]
     assert len(combo.subs) == 2
-    signature, _ = codegen.combo_signature(combo)
+    signature, _ = codegen_combo.combo_signature(combo)
     assert combo.params == ("arg0_1", "narrow_out", "size", "arg1_1", "wide_out")
     assert signature["in2"] == "i64"
-    source = codegen.render_combo(combo)
+    source = codegen_combo.render_combo(combo)
     ast.parse(source)
     assert "narrow(in_ptr0=in0, out_ptr0=in1, xnumel=in2.to(tl.int32)," in source
     assert "wide(in_ptr0=in3, out_ptr0=in4, xnumel=in2," in source
@@ -93,7 +97,7 @@ def test_a_size_declared_i32_and_i64_is_passed_as_i64_and_cast_back():
 def test_program_renders_ops_in_plan_order_and_nests_outputs():
     plan = two_kernel_plan()
     structure = ("dict", ("a", "b"), (("leaf",), ("tuple", (("leaf",),))))
-    source = codegen.render_program(plan, structure, "demo")
+    source = codegen_program.render_program(plan, structure, "demo")
     tree = ast.parse(source)
     forward = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
     assert [a.arg for a in forward.args.args] == ["kernels", "weights", "device", "arg0_1", "arg1_1", "aotcombo_out"]
@@ -107,7 +111,7 @@ def test_program_renders_ops_in_plan_order_and_nests_outputs():
 
 def test_program_returns_an_ordered_dict_where_the_model_does():
     structure = ("tuple", (("ordered_dict", ("out", "aux"), (("leaf",), ("leaf",))),))
-    source = codegen.render_program(two_kernel_plan(), structure, "demo")
+    source = codegen_program.render_program(two_kernel_plan(), structure, "demo")
     ast.parse(source)
     assert "from collections import OrderedDict" in source
     assert "return (OrderedDict([('out', buf0), ('aux', buf1)]),)" in source
@@ -124,7 +128,7 @@ def test_views_count_from_their_root_tensor_and_placed_outputs_go_where_the_call
     for name, base, offset in (("x_tail", x, 1000), ("buf_tail", buf, 1020), ("buf_tail_tail", "buf_tail", 1022)):
         b.ops.append(g.View(name, base, g.TensorSpec((2,), (1,), "float32", offset)))
     plan = make_plan(b.graph([buf, "x_tail", "buf_tail_tail"]))
-    source = codegen.render_program(plan, ("tuple", (("leaf",),) * 3), "demo")
+    source = codegen_program.render_program(plan, ("tuple", (("leaf",),) * 3), "demo")
     assert "x_tail = as_strided(arg0_1, (2,), (1,), arg0_1.storage_offset() + 1000)" in source
     assert "buf_tail_tail = as_strided(buf_tail, (2,), (1,), buf0.storage_offset() + 1022)" in source
     namespace = {}
@@ -150,26 +154,26 @@ def test_views_count_from_their_root_tensor_and_placed_outputs_go_where_the_call
     (float("inf"), "float('inf')"),
 ])
 def test_argument_expressions(value, text):
-    assert codegen._expr(value) == text
+    assert codegen_program._expr(value) == text
 
 
 def test_templates_are_found_outside_the_source_tree(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert (codegen.templates_dir() / "combo_kernel.py.j2").is_file()
+    assert (codegen_render.templates_dir() / "combo_kernel.py.j2").is_file()
 
 
 def test_installed_copy_finds_its_templates(tmp_path):
     """`pip install .` (not editable): the installed aotcombo renders from any folder, and has
-    the C sources of the runtime's extensions (builder/native.py compiles them into the wheel)."""
+    the C sources of the runtime's extensions (builder/compile/native.py compiles them into the wheel)."""
     import os
     import subprocess
     import sys
 
     probe = (
-        "import aotcombo.builder.codegen as c, sys; "
+        "import aotcombo.builder.codegen.render as c, sys; "
         "print(c.__file__); print(c.templates_dir()); print(len(c.render('program.py.j2', name='x', version='0', "
         "n_launches=0, n_externs=0, inputs=['a'], weights=[], body=[], result='a', runtime_ops=[], placed='out', "
-        "ordered_dict=False))); import aotcombo.builder.native as n; "
+        "ordered_dict=False))); import aotcombo.builder.compile.native as n; "
         "print(all(p.is_file() for p in n.SOURCES.values()))"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -188,14 +192,14 @@ def test_pdl_waits_first_and_only_on_hopper_and_later():
     compiled binary says so (the runtime sets the launch attribute from it). sm_80 has no
     griddepcontrol: the pipeline renders pdl only from sm_90 on."""
     combo = two_kernel_plan().combos[0]
-    plain, waiting = codegen.render_combo(combo), codegen.render_combo(combo, pdl=True)
+    plain, waiting = codegen_combo.render_combo(combo), codegen_combo.render_combo(combo, pdl=True)
     assert "gdc_" not in plain
     body = waiting.split("def combo_0")[1].splitlines()
     assert [line.strip() for line in body[1:6] if not line.strip().startswith("#")] == [
         "pid = tl.program_id(0)", "tl.extra.cuda.gdc_wait()", "tl.extra.cuda.gdc_launch_dependents()"]
-    assert codegen.PDL_MIN_ARCH == 90
-    signature, aligned = codegen.combo_signature(combo)
-    job = compiler.Job("sm_90/combo_0", waiting, "combo_0", tuple(signature.items()), tuple(aligned), 90,
+    assert codegen_combo.PDL_MIN_ARCH == 90
+    signature, aligned = codegen_combo.combo_signature(combo)
+    job = compile_triton_job.Job("sm_90/combo_0", waiting, "combo_0", tuple(signature.items()), tuple(aligned), 90,
                        combo.num_warps)
-    assert compiler.run_job(job).pdl
-    assert not compiler.run_job(dataclasses.replace(job, source=plain)).pdl
+    assert compile_triton_job.run_job(job).pdl
+    assert not compile_triton_job.run_job(dataclasses.replace(job, source=plain)).pdl

@@ -14,7 +14,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from aotcombo.builder import decode_attention, graph as g
+from aotcombo.builder.kernels.attention import lowering as decode_attention
+
+from aotcombo.builder import graph as g
 from aotcombo.builder.pipeline import build_package
 from aotcombo.tools import interpret
 

@@ -14,8 +14,10 @@ import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
+from aotcombo.builder.kernels.linear import match as linear_match, recipe as kernels_linear_recipe
+from aotcombo.builder.trace import entry as trace_entry
 
-from aotcombo.builder import fused_linears, graph as g, inductor
+from aotcombo.builder import graph as g
 from aotcombo.builder.pipeline import build_package
 from aotcombo.tools import interpret
 
@@ -183,8 +185,8 @@ def test_a_norm_used_elsewhere_stays_its_own_kernel(tmp_path):
 def test_large_matmuls_stay_cublas(monkeypatch):
     torch.manual_seed(0)
     model, x = PreNormBlock().eval(), torch.randn(4, 32, 64)
-    monkeypatch.setattr(fused_linears, "FUSED_MAX_FLOPS_FP32", 2 * 128 * 64 * 64 - 1)  # below the smallest here
-    graph, _, _ = inductor.trace(model, (x,), 90)
+    monkeypatch.setattr(linear_match, "FUSED_MAX_FLOPS_FP32", 2 * 128 * 64 * 64 - 1)  # below the smallest here
+    graph, _, _ = trace_entry.trace_model(model, (x,), 90)
     assert not any(isinstance(op, g.Extern) and op.op.startswith("aotcombo::") for op in graph.ops)
     assert sum(isinstance(op, g.Extern) and op.op.startswith(("aten::addmm", "aten::mm")) for op in graph.ops) == 4
 
@@ -226,24 +228,24 @@ def test_at_4_rows_the_linears_are_long_k_tiles(tmp_path):
 
 
 def test_the_tile_rule():
-    Tiles = fused_linears.Tiles
-    assert fused_linears.tiles(34, 576, 192, "bfloat16") == Tiles(16, 32, 64, 4, 3)  # ViT-tiny's qkv: 54 programs
-    assert fused_linears.tiles(128, 128, 128, "bfloat16") == Tiles(16, 32, 128, 4, 3)  # k in one step
-    assert fused_linears.tiles(16, 1536, 1024, "bfloat16") == Tiles(16, 32, 128, 4, 3)  # 96 programs
-    assert fused_linears.tiles(1, 1536, 1024, "bfloat16") == Tiles(1, 4, 1024, 4, 3, gemv=True)  # batch-1 decode
-    assert fused_linears.tiles(1, 1024, 2816, "bfloat16") == Tiles(1, 4, 1024, 4, 3, gemv=True)  # 3 k steps
-    assert fused_linears.tiles(8, 1536, 1024, "bfloat16") == Tiles(16, 32, 256, 4, 3)  # batch 8: long k steps
-    assert fused_linears.tiles(1, 1536, 1024, "float32") == Tiles(1, 4, 1024, 4, 3, gemv=True)
-    assert fused_linears.tiles(4, 1536, 1024, "float32") == Tiles(16, 32, 32, 4, 2)  # float32: as any matmul
-    assert fused_linears.tiles(1024, 1024, 256, "bfloat16") == Tiles(64, 64, 64, 4, 3)  # 256 programs already
-    assert fused_linears.tiles(4, 20, 8, "float32") == Tiles(16, 32, 16, 4, 2)
-    assert fused_linears.tiles(256, 1024, 256, "float32") == Tiles(16, 64, 32, 4, 2)  # 16 rows for fp32
+    Tiles = kernels_linear_recipe.Tiles
+    assert kernels_linear_recipe.tiles(34, 576, 192, "bfloat16") == Tiles(16, 32, 64, 4, 3)  # ViT-tiny's qkv: 54 programs
+    assert kernels_linear_recipe.tiles(128, 128, 128, "bfloat16") == Tiles(16, 32, 128, 4, 3)  # k in one step
+    assert kernels_linear_recipe.tiles(16, 1536, 1024, "bfloat16") == Tiles(16, 32, 128, 4, 3)  # 96 programs
+    assert kernels_linear_recipe.tiles(1, 1536, 1024, "bfloat16") == Tiles(1, 4, 1024, 4, 3, gemv=True)  # batch-1 decode
+    assert kernels_linear_recipe.tiles(1, 1024, 2816, "bfloat16") == Tiles(1, 4, 1024, 4, 3, gemv=True)  # 3 k steps
+    assert kernels_linear_recipe.tiles(8, 1536, 1024, "bfloat16") == Tiles(16, 32, 256, 4, 3)  # batch 8: long k steps
+    assert kernels_linear_recipe.tiles(1, 1536, 1024, "float32") == Tiles(1, 4, 1024, 4, 3, gemv=True)
+    assert kernels_linear_recipe.tiles(4, 1536, 1024, "float32") == Tiles(16, 32, 32, 4, 2)  # float32: as any matmul
+    assert kernels_linear_recipe.tiles(1024, 1024, 256, "bfloat16") == Tiles(64, 64, 64, 4, 3)  # 256 programs already
+    assert kernels_linear_recipe.tiles(4, 20, 8, "float32") == Tiles(16, 32, 16, 4, 2)
+    assert kernels_linear_recipe.tiles(256, 1024, 256, "float32") == Tiles(16, 64, 32, 4, 2)  # 16 rows for fp32
 
 
 def test_the_recipe_round_trips_through_json():
-    recipe = fused_linears.Recipe(
+    recipe = kernels_linear_recipe.Recipe(
         m=4, n=8, k=16, weight_layout="kn", bias="row", glu=True, norm="rms", eps=1e-6, norm_weight=True,
         norm_bias=False, norm_cast="bfloat16", extras=("full",), epilogue=(("t0", "silu", ("acc",)),
                                                                            ("t1", "mul", ("t0", "acc_up"))),
         result="t1", dtype="bfloat16", out_dtype="bfloat16")
-    assert fused_linears.Recipe.from_json(recipe.to_json()) == recipe
+    assert kernels_linear_recipe.Recipe.from_json(recipe.to_json()) == recipe

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils import _pytree
 
-from aotcombo.builder.modelfile import load_model_file
+from aotcombo.builder.inputs.modelfile import load_model_file
 
 from gpu_support import TOLERANCE, compare, fresh_like, import_package, run_threads
 

@@ -9,8 +9,8 @@ Wheels: ``scripts/build_wheels.py`` builds ``<sample>_buckets`` and ``<sample>_d
 import pytest
 import torch
 
-from aotcombo.builder import shapes
-from aotcombo.builder.modelfile import batch_inputs_function, load_model_file
+from aotcombo.builder.inputs import shapes
+from aotcombo.builder.inputs.modelfile import batch_inputs_function, load_model_file
 
 from gpu_support import SAMPLES, compare, fresh_like, import_package
 

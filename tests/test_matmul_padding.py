@@ -7,14 +7,15 @@ import pytest
 import torch
 from torch import nn
 
-from aotcombo.builder import graph as g, inductor
+from aotcombo.builder import graph as g
+from aotcombo.builder.trace import entry as trace_entry
 from aotcombo.builder.pipeline import build_package
 from aotcombo.tools import interpret
 
 
 def matmul_widths(model, x) -> list[int]:
     """The output widths of the traced program's matmul calls."""
-    graph, _, _ = inductor.trace(model, (x,), 90)
+    graph, _, _ = trace_entry.trace_model(model, (x,), 90)
     calls = [op for op in graph.ops if isinstance(op, g.Extern) and op.op.startswith(("aten::mm", "aten::addmm"))]
     return [graph.spec[op.out].shape[-1] if op.out else graph.spec[op.writes[0]].shape[-1] for op in calls]
 

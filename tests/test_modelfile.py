@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from aotcombo.errors import ModelFileError
-from aotcombo.builder.modelfile import load_model_file, run_eager
+from aotcombo.builder.inputs.modelfile import load_model_file, run_eager
 
 GOOD = """
 import torch
@@ -319,7 +319,7 @@ def test_run_eager_runs_without_grad():
 
 
 def test_input_names_follow_forward():
-    from aotcombo.builder.signature import input_names
+    from aotcombo.builder.inputs.signature import input_names
 
     class Named(torch.nn.Module):
         def forward(self, input_ids, attention_mask=None, *rest):

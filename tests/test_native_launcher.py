@@ -12,7 +12,7 @@ from ctypes import POINTER, c_int, c_uint64, c_void_p
 import pytest
 import torch
 
-from aotcombo.builder import native
+from aotcombo.builder.compile import native
 from aotcombo.runtime import cuda
 
 pytestmark = pytest.mark.skipif(native.compiler() is None, reason="no C compiler")

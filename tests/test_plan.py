@@ -4,8 +4,10 @@ import itertools
 
 import pytest
 
-from aotcombo.builder import blocks, graph as g
-from aotcombo.builder.plan import LARGE_POINTWISE, MAX_ARGS, dependencies, levels, make_plan
+from aotcombo.builder.plan import blocks
+
+from aotcombo.builder import graph as g
+from aotcombo.builder.plan.combos import LARGE_POINTWISE, MAX_ARGS, dependencies, levels, make_plan
 from aotcombo.errors import UnsupportedModelError
 
 F32 = "float32"

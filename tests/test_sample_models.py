@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from aotcombo.builder.modelfile import load_model_file, run_eager
+from aotcombo.builder.inputs.modelfile import load_model_file, run_eager
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_models"
 NAMES = ["branches", "transformer_block", "adam_step", "conv_block"]

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from aotcombo.builder import native
-from aotcombo.builder.environment import runtime_requirement
+from aotcombo.builder.compile import native
+from aotcombo.builder.inputs.environment import runtime_requirement
 from aotcombo.builder.pipeline import build_package as build
 from aotcombo.runtime.manifest import Manifest
 
@@ -175,8 +175,9 @@ def test_project_wheel_ships_templates_and_runtime(tmp_path):
     names = zipfile.ZipFile(built).namelist()
     for template in ("combo_kernel.py.j2", "program.py.j2", "package_init.py.j2"):
         assert f"aotcombo/templates/{template}" in names
-    assert "aotcombo/runtime/loader.py" in names and "aotcombo/builder/inductor.py" in names
-    assert "aotcombo/runtime/_launch.c" in names  # aotcombo.builder.native compiles it when it writes a wheel
+    sources = {p.relative_to(ROOT).as_posix() for p in (ROOT / "aotcombo").rglob("*.py") if "__pycache__" not in p.parts}
+    assert sources - set(names) == set()  # every subpackage is listed in pyproject.toml
+    assert "aotcombo/runtime/_launch.c" in names  # aotcombo.builder.compile.native compiles it when it writes a wheel
 
 
 def test_names_from_forward_and_a_tampered_manifest(built, tmp_path):

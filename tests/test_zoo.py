@@ -20,8 +20,8 @@ import pytest
 import torch
 from torch import nn
 from torch.utils import _pytree
-
-from aotcombo.builder import inductor as inductor_bridge
+from aotcombo.builder.trace import diagnosis as trace_diagnosis
+from aotcombo.builder.trace import wrapper_text as trace_wrapper_text
 from aotcombo.tools import interpret
 from aotcombo.errors import UnsupportedModelError
 from aotcombo.builder.pipeline import build_package
@@ -262,15 +262,15 @@ def test_unknown_wrapper_text_line_is_named():
     """A text line the FX converter cannot read fails with the line itself, not with
     Inductor's NotImplementedError."""
     with pytest.raises(UnsupportedModelError) as info:
-        inductor_bridge._structured_lines(["buf3 = some_new_wrapper_step(buf1)"])
+        trace_wrapper_text.structured_lines(["buf3 = some_new_wrapper_step(buf1)"])
     assert "`buf3 = some_new_wrapper_step(buf1)`" in str(info.value)
 
 
 def test_error_summary_is_never_empty():
     wrapped = NotImplementedError("\nFound line of unrecognized type '<class 'str'>':\n    'x = y'\n")
-    assert inductor_bridge._summary(wrapped) == "NotImplementedError: Found line of unrecognized type '<class 'str'>':"
-    assert inductor_bridge._summary(RuntimeError("")) == "RuntimeError: (no message)"
-    assert inductor_bridge._summary(RuntimeError("NotImplementedError: ")) == "RuntimeError: NotImplementedError:"
+    assert trace_diagnosis.summary(wrapped) == "NotImplementedError: Found line of unrecognized type '<class 'str'>':"
+    assert trace_diagnosis.summary(RuntimeError("")) == "RuntimeError: (no message)"
+    assert trace_diagnosis.summary(RuntimeError("NotImplementedError: ")) == "RuntimeError: NotImplementedError:"
 
 
 # --- attention through the public API (runtime/ops.py), in the traced layout --------------
@@ -296,7 +296,7 @@ class ContiguousHeads(nn.Module):
 def _attention_by(kernels: str):
     """A build whose attention calls are torch's ("torch": builder/decode_attention.py off, as
     for calls it does not take) or kernels of ours ("ours")."""
-    from aotcombo.builder import decode_attention
+    from aotcombo.builder.kernels.attention import lowering as decode_attention
 
     if kernels == "torch":
         return mock.patch.object(decode_attention, "lowering", return_value=None)
@@ -503,7 +503,7 @@ def test_ordered_dict_output_comes_back_as_one(tmp_path):
 @pytest.mark.parametrize("mode", ["sum", "mean"])
 @pytest.mark.parametrize("weighted, last_offset", [(False, False), (True, False), (False, True)])
 def test_embedding_bag_decomposition_matches_eager(mode, weighted, last_offset):
-    from aotcombo.builder.decompositions import embedding_bag
+    from aotcombo.builder.trace.decompositions import embedding_bag
 
     if weighted and mode == "mean":
         pytest.skip("per-sample weights need mode='sum'")
@@ -523,7 +523,7 @@ def test_embedding_bag_decomposition_matches_eager(mode, weighted, last_offset):
 def test_each_ids_bag_is_counted_as_a_search_would_find_it(starts, n):
     """Empty bags first, inside and at the end (starting at n, or past it), no ids at all;
     no search made."""
-    from aotcombo.builder import decompositions
+    from aotcombo.builder.trace import decompositions
 
     starts = torch.tensor(starts)
     expected = torch.searchsorted(starts, torch.arange(n), right=True) - 1
@@ -587,7 +587,7 @@ def test_grouped_mm_fallback_decomposition_matches_transformers(rows, experts):
     """Both formulations (every expert on every row; each row's expert gathered), with an empty
     group and rows past the last group (left zero), against transformers' own op."""
     pytest.importorskip("transformers.integrations.moe")  # registers the op (transformers 5)
-    from aotcombo.builder import decompositions
+    from aotcombo.builder.trace import decompositions
 
     op = torch.ops.transformers.grouped_mm_fallback.default
     assert op in decompositions.table()
@@ -602,7 +602,7 @@ def test_grouped_mm_fallback_decomposition_matches_transformers(rows, experts):
 
 
 def test_integer_histc_decomposition_bins_as_cuda_does():
-    from aotcombo.builder.decompositions import histc
+    from aotcombo.builder.trace.decompositions import histc
 
     x = torch.tensor([0, 3, 3, 1, 7, -1, 8, 2, 5], dtype=torch.int32)
     bins = [((v - 0) * 3 // 7 if v < 7 else 2) for v in x.tolist() if 0 <= v <= 7]  # integer binning, top in last

@@ -16,6 +16,9 @@ from typing import Any
 
 from ..runtime.manifest import Dynamic
 
+# The attention extern call: public; the program calls it through runtime/ops.py.
+ATTENTION = "aten::scaled_dot_product_attention"
+
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -74,9 +77,10 @@ class Kernel:
     # A mixed-order reduction (Inductor's RSPLIT_SIZE): each program reduces this many rows
     # and leaves partial results in a workspace sized for exactly this split.
     rsplit_size: int | None = None
-    # A kernel aotcombo wrote itself (``heuristic`` "matmul": fused_linears.py; "attention":
-    # decode_attention.py): its sizes are fixed in its source; its tile sizes (block params),
-    # grid, warps and pipeline stages are fixed with it.
+    # A kernel of ours (``kernels/``): the family that wrote it ("fused_linear",
+    # "decode_attention"); None: Inductor's. Its sizes are fixed in its source; its tile sizes
+    # (block params), grid, warps and pipeline stages are fixed with it.
+    family: str | None = None
     tiles: tuple[tuple[str, int], ...] = ()
     grid: tuple[int, int, int] | None = None
     num_warps: int | None = None

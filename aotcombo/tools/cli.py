@@ -10,7 +10,7 @@ import traceback
 from pathlib import Path
 
 from .. import __version__
-from ..builder.options import DEFAULT_ARCHS
+from ..builder.inputs.options import DEFAULT_ARCHS
 from ..errors import EXIT_STATUSES, INTERNAL_ERROR, INTERRUPTED, BuildError
 
 EPILOG = "exit status: " + "; ".join(f"{code} {what}" for code, what in EXIT_STATUSES) + """.
@@ -145,11 +145,13 @@ def _noise(parser) -> None:
 def _build_modules():
     """The build's modules; a build dependency that is missing is an environment error."""
     try:
-        from ..builder import modelfile, options, pipeline
+        from ..builder.inputs import modelfile
+        from ..builder.inputs import options
+        from ..builder import pipeline
 
         return pipeline, modelfile, options
     except ImportError as exc:
-        from ..builder.environment import BUILD_REQUIREMENTS, missing
+        from ..builder.inputs.environment import BUILD_REQUIREMENTS, missing
 
         module = (exc.name or "").partition(".")[0]
         if module not in BUILD_REQUIREMENTS:
@@ -177,7 +179,7 @@ def _options(args, options_mod):
 
 def _build(args, reporter) -> int:
     pipeline, modelfile, options_mod = _build_modules()
-    from ..builder.environment import check_environment
+    from ..builder.inputs.environment import check_environment
 
     check_environment()
     options = _options(args, options_mod)
@@ -238,7 +240,7 @@ def _inspect(args, reporter) -> int:
 
 
 def _cache(args, reporter) -> int:
-    from ..builder.cache import Cache, default_dir
+    from ..builder.cache.store import Cache, default_dir
 
     cache = Cache(default_dir())
     if args.clear:

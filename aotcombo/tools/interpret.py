@@ -4,7 +4,7 @@ This is how the build is checked without a GPU: the *same* rendered program
 and combo-kernel sources that go into the wheel run with ``TRITON_INTERPRET=1``
 on CPU tensors, the extern calls through torch's CPU kernels. The program is
 loaded as in a wheel, ``aotcombo.runtime`` standing in for its ``_runtime``
-(``builder.check.load_program``): its attention calls go through
+(``builder.codegen.check.load_program``): its attention calls go through
 ``runtime/ops.py``, whose math fallback runs on the CPU.
 """
 
@@ -131,7 +131,7 @@ def _interpretable_grid_dependency() -> None:
 
 def _run_here(directory: Path) -> None:
     """The child process: load everything from ``directory``, run, save outputs."""
-    from ..builder.check import load_program
+    from ..builder.codegen.check import load_program
 
     _interpretable_libdevice()
     _interpretable_bfloat16()

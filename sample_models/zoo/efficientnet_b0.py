@@ -1,4 +1,5 @@
-"""EfficientNet-B0 (torchvision ``efficientnet_b0``: MBConv blocks, depthwise convolutions, squeeze-and-excitation, SiLU) at 64x64, fp32.
+"""EfficientNet-B0 (torchvision ``efficientnet_b0``: MBConv blocks, depthwise convolutions,
+squeeze-and-excitation, SiLU) at 64x64, fp32.
 
 Random weights with 100 classes. Convolution and linear weights are rounded to
 16 levels (a step of a quarter of their standard deviation), so DEFLATE in the

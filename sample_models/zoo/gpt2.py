@@ -25,7 +25,8 @@ def get_model(dtype=torch.bfloat16):
     from transformers import GPT2Config, GPT2Model
 
     torch.manual_seed(0)
-    config = GPT2Config(vocab_size=1000, n_positions=128, n_embd=128, n_layer=12, n_head=4, bos_token_id=0, eos_token_id=0,
+    config = GPT2Config(vocab_size=1000, n_positions=128, n_embd=128, n_layer=12, n_head=4, bos_token_id=0,
+                        eos_token_id=0,
                         attn_implementation="sdpa")
     model = GPT2Model(config)
     assert model.config._attn_implementation == "sdpa"

@@ -1,4 +1,5 @@
-"""MobileNetV3-Small (torchvision ``mobilenet_v3_small``: depthwise convolutions, squeeze-and-excitation, hardswish) at 64x64, fp32.
+"""MobileNetV3-Small (torchvision ``mobilenet_v3_small``: depthwise convolutions, squeeze-and-excitation,
+hardswish) at 64x64, fp32.
 
 Random weights with 100 classes. Convolution and linear weights are rounded to
 16 levels (a step of a quarter of their standard deviation), so DEFLATE in the

@@ -15,7 +15,8 @@ def get_model(dtype=torch.float32):
     from transformers import SegformerConfig, SegformerForSemanticSegmentation
 
     torch.manual_seed(0)
-    config = SegformerConfig(num_channels=3, num_encoder_blocks=2, depths=[1, 1], sr_ratios=[4, 2], hidden_sizes=[32, 64],
+    config = SegformerConfig(num_channels=3, num_encoder_blocks=2, depths=[1, 1], sr_ratios=[4, 2],
+                             hidden_sizes=[32, 64],
                              patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2],
                              decoder_hidden_size=64, num_labels=5)
     return SegformerForSemanticSegmentation(config).to(dtype).eval()

@@ -1,0 +1,1 @@
+"""The build cache: traces and kernels kept between builds under exact fingerprints."""

@@ -1,0 +1,22 @@
+"""Kernels of ours, a folder per family: the rewrite before Inductor that marks the work
+(``match``, ``combine``), what it computes (``recipe``), the lowering after the trace into a
+``graph.Kernel`` with ``family`` set, and its template in ``templates/``.
+
+- ``linear/``: linears of one input combined (``combine``); a small matmul with the norm before
+  and the pointwise ops after it, or a decode step's GEMV, as one kernel (``match``, ``recipe``,
+  ``lowering``; ``fused_linear.py.j2``).
+- ``attention/``: attention of a few query rows over many keys (an LLM decode step) split over
+  the keys (``lowering``; ``decode_attention.py.j2``).
+"""
+
+from __future__ import annotations
+
+from .. import graph as g
+from .attention import lowering as attention_lowering
+from .linear import lowering as linear_lowering
+
+
+def lower(graph: g.Graph) -> g.Graph:
+    """The traced graph with the calls we make our own kernels for replaced by them, and
+    without the weights nothing reads."""
+    return g.without_unread_weights(attention_lowering.lower(linear_lowering.lower(graph)))

@@ -1,0 +1,193 @@
+"""Attention calls that torch's fused kernels spread over too few programs: kernels of ours.
+
+A decode step attends with a handful of query rows per (batch, head) over thousands of
+cached keys. torch's fused kernels give each (batch, head) one program that walks every key:
+at batch 1 with 4 key/value heads, cuDNN's attention kept 4 of an H100's 132 SMs busy for
+~32 us per layer, the largest item of the step (``benchmarks/llm_bench.py --profile``).
+``lower`` replaces each such call with two kernels of ours, flash-decoding's split
+(``templates/decode_attention.py.j2``): ``splits`` programs per (batch, head) each take a
+slice of the keys and leave a partial output with its row maxima and sums in float32; one
+program per (batch, head, query row) merges them into the output, in the layout the program
+reads it through. A small attention (at most ``SMALL_ROWS`` queries and ``SMALL_KEYS`` keys,
+causal or not, e.g. a short sequence's block) is one kernel of ours: one program per (batch,
+head, 16 query rows) over all its keys, writing the output itself (torch's memory-efficient
+kernel took 8 us for a float32 [2, 8, 64, 32] block). Sizes and strides are fixed at build time; the split
+is chosen so one call has about ``TARGET_PROGRAMS`` programs. Calls that fit neither (a
+prefill, a dynamic batch, odd head sizes) stay torch's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+from ....runtime.manifest import ITEMSIZE
+from ... import graph as g
+from ...codegen.render import render
+from ...graph import ATTENTION
+from ..common import POINTER_TYPE, TRITON_DTYPE, cdiv, next_power_of_2
+
+MAX_ROWS = 32  # query rows per (batch, head) of a split call: more is a prefill, which torch's kernels do well
+MIN_KEYS = 256  # keys of a split call: fewer, one program per (batch, head) walks them quickly enough
+SMALL_ROWS, SMALL_KEYS = 64, 128  # a small attention: one kernel, a program per (batch, head, 16 rows)
+BLOCK_N = 64  # keys per step of a split program
+TARGET_PROGRAMS = 256  # about two waves of an H100 (132 SMs) or an A100 (108)
+MAX_SPLITS = 64  # the combine kernel holds every split's partial row at once
+HEAD_DIMS = (16, 32, 64, 128, 256)
+FP32_DOT = ', input_precision="tf32x3"'  # float32 products as three tf32 ones, as the fused linears do
+LOG2E = 1.4426950408889634
+
+
+
+
+def _ints(spec: g.TensorSpec) -> bool:
+    return all(isinstance(v, int) for v in (*spec.shape, *spec.stride, spec.storage_offset))
+
+
+def _broadcast_strides(spec: g.TensorSpec, shape: tuple) -> tuple | None:
+    """``spec``'s strides broadcast to ``shape`` (0 along its size-1 dims), or None when its
+    shape does not broadcast there."""
+    if len(spec.shape) != len(shape):
+        return None
+    if any(s not in (1, n) for s, n in zip(spec.shape, shape)):
+        return None
+    return tuple(0 if s == 1 and n != 1 else t for s, n, t in zip(spec.shape, shape, spec.stride))
+
+
+def lowering(op: g.Extern, specs: dict, out: g.TensorSpec) -> str | None:
+    """How the attention call ``op`` (its output ``out``) is lowered: "split" (two kernels),
+    "small" (one), or None (it stays torch's)."""
+    kwargs = dict(op.kwargs)
+    q, k, v = (specs.get(a.name) if isinstance(a, g.Ref) else None for a in op.args[:3])
+    mask = kwargs.get("attn_mask")
+    mask_spec = specs.get(mask.name) if isinstance(mask, g.Ref) else None
+    if None in (q, k, v) or kwargs.get("enable_gqa") or (mask is not None and mask_spec is None):
+        return None
+    if not all(_ints(s) and len(s.shape) == 4 for s in (q, k, v, out)):
+        return None
+    (b, h, m, d), s = q.shape, k.shape[2]
+    if k.shape != (b, h, s, d) or v.shape != (b, h, s, d) or out.shape != (b, h, m, d):
+        return None
+    if not (q.dtype == k.dtype == v.dtype == out.dtype and q.dtype in TRITON_DTYPE and d in HEAD_DIMS):
+        return None
+    if mask_spec is not None:
+        if not _ints(mask_spec) or _broadcast_strides(mask_spec, (b, h, m, s)) is None:
+            return None
+        if mask_spec.dtype not in ("bool", q.dtype, "float32"):
+            return None
+    if m <= SMALL_ROWS and s <= SMALL_KEYS:
+        return "small"
+    if m <= MAX_ROWS and s >= MIN_KEYS and not kwargs.get("is_causal"):
+        return "split"
+    return None
+
+
+def split_of(batch_heads: int, keys: int) -> tuple[int, int]:
+    """(splits, keys per split): about ``TARGET_PROGRAMS`` programs, each a whole number of ``BLOCK_N`` key steps."""
+    steps = cdiv(keys, BLOCK_N)
+    splits = min(steps, MAX_SPLITS, max(1, cdiv(TARGET_PROGRAMS, batch_heads)))
+    per_split = cdiv(steps, splits) * BLOCK_N
+    return cdiv(keys, per_split), per_split
+
+
+def _aligned(spec: g.TensorSpec) -> bool:
+    return spec.storage_offset * ITEMSIZE[spec.dtype] % 16 == 0
+
+
+def lowered_ops(op: g.Extern, specs: dict, out_name: str, mode: str) -> tuple[list, list, dict]:
+    """What replaces one attention call: its ops (scratch and output allocations, launches),
+    the kernels they launch, and the specs of the scratch buffers."""
+
+    kwargs = dict(op.kwargs)
+    q_ref, k_ref, v_ref = op.args[:3]
+    q, k, v, out = specs[q_ref.name], specs[k_ref.name], specs[v_ref.name], specs[out_name]
+    mask = kwargs.get("attn_mask")
+    mask_spec = specs[mask.name] if mask is not None else None
+    (b, h, m, d), keys = q.shape, k.shape[2]
+    splits, per_split = split_of(b * h, keys) if mode == "split" else (1, cdiv(keys, BLOCK_N) * BLOCK_N)
+    scale = kwargs.get("scale")
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    mask_kind = None if mask_spec is None else ("bool" if mask_spec.dtype == "bool" else "additive")
+    causal = bool(kwargs.get("is_causal"))
+    # a split program takes every row; a small attention's programs take 16 rows each (more
+    # programs: a [2, 8, 64, 32] block ran in 16 of them)
+    block_m, block_d = (max(16, next_power_of_2(m)) if mode == "split" else 16), d
+    row_blocks = cdiv(m, block_m)
+    summary = (f"[{b}, {h}, {m}, {d}] queries over {keys} keys, {q.dtype}" + (", causal" if causal else "")
+               + (f", {mask_kind} mask" if mask_kind else "")
+               + (f"; {splits} splits of {per_split} keys" if mode == "split" else f"; {row_blocks} programs per head"))
+    common = dict(heads=h, rows=m, dim=d, splits=splits, summary=summary, out_stride=out.stride,
+                  out_type=TRITON_DTYPE[out.dtype])
+    source = render("decode_attention.py.j2", part="attend", name="KERNEL", direct=mode == "small", **common,
+                    row_blocks=row_blocks,
+                    q_stride=q.stride, k_stride=k.stride, v_stride=v.stride, keys=keys, causal=causal,
+                    keys_per_split=per_split, scale_log2=repr(scale * LOG2E), mask=mask_kind,
+                    mask_stride=_broadcast_strides(mask_spec, (b, h, m, keys)) if mask_spec else None,
+                    dot_options=FP32_DOT if q.dtype == "float32" else "")
+    inputs = [(p, n, s) for p, (n, s) in zip(["q_ptr", "k_ptr", "v_ptr", "mask_ptr"], [
+        (q_ref.name, q), (k_ref.name, k), (v_ref.name, v)] + ([(mask.name, mask_spec)] if mask_spec else []))]
+    tiles = (("BLOCK_M", block_m), ("BLOCK_N", BLOCK_N), ("BLOCK_D", block_d))
+    numels = (("m", m), ("n", keys), ("d", d))
+    if mode == "small":
+        kernel, args = _kernel("attention_small", source, inputs + [("out_ptr", out_name, out)], tiles,
+                               (b * h * row_blocks, 1, 1), numels, writes=("out_ptr",))
+        return [g.Alloc(out_name, out), g.Launch(kernel.name, args)], [kernel], {}
+    scratch = {f"{out_name}_partial": g.TensorSpec((b * h * splits * m * d,), (1,), "float32"),
+               f"{out_name}_stats": g.TensorSpec((b * h * splits * m * 2,), (1,), "float32")}
+    (acc, acc_spec), (stats, stats_spec) = scratch.items()
+    split, split_args = _kernel("decode_attention_split", source,
+                                inputs + [("acc_ptr", acc, acc_spec), ("stats_ptr", stats, stats_spec)], tiles,
+                                (b * h * splits, 1, 1), numels, writes=("acc_ptr", "stats_ptr"))
+    combine_source = render("decode_attention.py.j2", part="combine", name="KERNEL", **common)
+    combine, combine_args = _kernel(
+        "decode_attention_combine", combine_source,
+        [("acc_ptr", acc, acc_spec), ("stats_ptr", stats, stats_spec), ("out_ptr", out_name, out)],
+        (("BLOCK_S", max(2, next_power_of_2(splits))), ("BLOCK_D", block_d)), (b * h * m, 1, 1),
+        (("m", m), ("d", d)), writes=("out_ptr",))
+    ops = [g.Alloc(acc, acc_spec), g.Alloc(stats, stats_spec), g.Launch(split.name, split_args),
+           g.Alloc(out_name, out), g.Launch(combine.name, combine_args)]
+    return ops, [split, combine], scratch
+
+
+def _kernel(prefix: str, source: str, params: list, tiles: tuple, grid: tuple, numels: tuple, writes: tuple):
+    name = f"{prefix}_" + hashlib.sha256(source.encode()).hexdigest()[:12]
+    kernel = g.Kernel(
+        name=name, source=source.replace("def KERNEL(", f"def {name}(", 1), heuristic="attention",
+        signature=tuple((p, POINTER_TYPE[s.dtype]) for p, _, s in params) + tuple((t, "constexpr") for t, _ in tiles),
+        constants=(), divisible_by_16=tuple(p for p, _, s in params if _aligned(s)), numels=numels,
+        reduction_hint=None, mutated=writes, family="decode_attention", tiles=tiles, grid=grid, num_warps=4,
+        num_stages=2)
+    return kernel, tuple(g.Ref(n) for _, n, _ in params)
+
+
+def lower(graph: g.Graph) -> g.Graph:
+    """``graph`` with every attention call that has a ``lowering`` replaced by its kernels."""
+    specs = graph.spec
+    getitems: dict[str, list] = {}
+    for op in graph.ops:
+        if isinstance(op, g.GetItem):
+            getitems.setdefault(op.base, []).append(op)
+    lowered: dict[str, tuple[str, str]] = {}  # the call's tuple -> (its output tensor, the lowering)
+    for op in graph.ops:
+        if isinstance(op, g.Extern) and op.op == ATTENTION and op.out is not None:
+            items = getitems.get(op.out, [])
+            if len(items) == 1 and items[0].index == 0:
+                mode = lowering(op, specs, specs[items[0].out])
+                if mode is not None:
+                    lowered[op.out] = (items[0].out, mode)
+    if not lowered:
+        return graph
+    kernels = {k.name: k for k in graph.kernels}
+    ops, new_specs = [], dict(graph.specs)
+    for op in graph.ops:
+        if isinstance(op, g.GetItem) and op.base in lowered:
+            continue
+        if not (isinstance(op, g.Extern) and op.out in lowered):
+            ops.append(op)
+            continue
+        replacement, made, scratch = lowered_ops(op, specs, *lowered[op.out])
+        for kernel in made:
+            kernels.setdefault(kernel.name, kernel)
+        new_specs.update(scratch)
+        ops += replacement
+    return g.replace(graph, ops=tuple(ops), kernels=tuple(kernels.values()), specs=tuple(new_specs.items()))

@@ -1,0 +1,14 @@
+"""What every family of our own kernels shares: integer helpers and Triton's names for dtypes."""
+
+from __future__ import annotations
+
+TRITON_DTYPE = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32"}
+POINTER_TYPE = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "bool": "*i1"}
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())

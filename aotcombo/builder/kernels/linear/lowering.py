@@ -1,0 +1,112 @@
+"""Fused linears after the trace: each ``aotcombo::fused_linear`` call (``match``)
+becomes a Triton kernel of ours, rendered from ``templates/fused_linear.py.j2`` with every size
+and stride fixed and the tiles of ``recipe.tiles``: a tiled matmul on the tensor cores,
+or for a few rows (an LLM decode step) a GEMV that streams W once."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+from ....runtime.manifest import ITEMSIZE
+from ... import graph as g
+from ...codegen.render import render
+from ..common import POINTER_TYPE, TRITON_DTYPE, cdiv
+from . import recipe as recipes  # FP32_DOT_PRECISION read at each call: benchmarks/fused_linear_bench.py sets it
+from .recipe import EPILOGUE_OPS, OP, Recipe, Tiles, tiles
+
+
+def _number(value: float) -> str:
+    if math.isinf(value) or math.isnan(value):
+        return f"float('{value}')"
+    return repr(float(value))
+
+
+def _aligned(spec: g.TensorSpec) -> bool:
+    return spec.storage_offset * ITEMSIZE[spec.dtype] % 16 == 0
+
+
+def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[g.Kernel, tuple]:
+    """The kernel of one ``aotcombo::fused_linear`` call (``tiles``, or ``config``), and its args."""
+    x, weight, operands, text = op.args
+    r = Recipe.from_json(text)
+    spec = {name: specs[name] for name in [x.name, weight.name, *(o.name for o in operands), op.out]}
+    out = spec[op.out]
+    if tuple(out.stride) != (r.n, 1):
+        raise ValueError(f"{op.out}: a fused linear's output must be a whole [{r.m}, {r.n}] matrix, not {out}")
+    t = config or tiles(r.m, r.n, r.k, r.dtype)
+    names = (["bias_ptr"] if r.bias else []) + (["norm_weight_ptr"] if r.norm_weight else []) + (
+        ["norm_bias_ptr"] if r.norm_bias else []) + [f"e{i}_ptr" for i in range(len(r.extras))]
+    kinds = dict(zip(names, ([r.bias] if r.bias else []) + ["row"] * (r.norm_weight + r.norm_bias) + list(r.extras)))
+    params = ["x_ptr", "w_ptr", *names, "out_ptr"]
+    values = [x.name, weight.name, *(o.name for o in operands), op.out]
+
+    def load(param: str, value: str, offset: int = 0) -> str:
+        s = spec[value]
+        if kinds[param] == "row":
+            start = f"{param} + {offset * s.stride[-1]}" if offset else param
+            return f"tl.load({start} + rn * {s.stride[-1]}, mask=mask_n, other=0.0).to(tl.float32)[None, :]"
+        return (f"tl.load({param} + rm.to(tl.int64)[:, None] * {s.stride[0]} + rn[None, :] * {s.stride[1]}, "
+                "mask=mask, other=0.0).to(tl.float32)")
+
+    by_param = dict(zip(params, values))
+    lines = []
+    products = ["acc", "acc_up"] if r.glu else ["acc"]
+    if r.bias:
+        lines += [f"{p} = {p} + {load('bias_ptr', by_param['bias_ptr'], i * r.n)}" for i, p in enumerate(products)]
+    if r.epilogue and r.dtype != "float32":
+        lines += [f"{p} = {p}.to({TRITON_DTYPE[r.dtype]}).to(tl.float32)  # the product in its dtype" for p in products]
+    lines += [f"e{i} = {load(f'e{i}_ptr', by_param[f'e{i}_ptr'])}" for i in range(len(r.extras))]
+    for value, step, args in r.epilogue:
+        lines.append(f"{value} = " + EPILOGUE_OPS[step][0].format(
+            *(a if isinstance(a, str) else _number(a) for a in args)))
+    w_stride = spec[weight.name].stride
+    norm = None
+    if r.norm:
+        norm = {"kind": r.norm, "eps": _number(r.eps), "cast": TRITON_DTYPE.get(r.norm_cast) if r.norm_cast else None,
+                "weight": "norm_weight_ptr" if r.norm_weight else None,
+                "bias": "norm_bias_ptr" if r.norm_bias else None}
+    summary = (f"[{r.m}, {r.k}] x [{r.k}, {r.n}]" + (" twice (gate and up)" if r.glu else "") + f" {r.dtype}"
+               + (f", {r.norm} norm first" if r.norm else "")
+               + (f", then {', '.join(s for _, s, _ in r.epilogue)}" if r.epilogue else "")
+               + f"; tiles {t.block_m}x{t.block_n}x{t.block_k}" + (" gemv" if t.gemv else ""))
+    context = dict(
+        params=params, summary=summary, tiles_n=cdiv(r.n, t.block_n), m=r.m, n=r.n, k=r.k,
+        x_stride=spec[x.name].stride,
+        w_stride=(w_stride[1], w_stride[0]) if r.weight_layout == "nk" else tuple(w_stride),
+        norm=norm, operand_type=TRITON_DTYPE[r.dtype], epilogue=lines, result=r.result,
+        out_type=TRITON_DTYPE[r.out_dtype],
+        dot_options=f', input_precision="{recipes.FP32_DOT_PRECISION}"' if r.dtype == "float32" else "",
+        glu=r.glu, glu_offset=r.n * (w_stride[0] if r.weight_layout == "nk" else w_stride[1]), gemv=t.gemv,
+    )
+    source = render("fused_linear.py.j2", name="KERNEL", **context)
+    name = "fused_linear_" + hashlib.sha256(source.encode()).hexdigest()[:12]
+    kernel = g.Kernel(
+        name=name, source=source.replace("def KERNEL(", f"def {name}(", 1), heuristic="matmul",
+        signature=tuple((p, POINTER_TYPE[spec[v].dtype]) for p, v in zip(params, values))
+        + (("BLOCK_M", "constexpr"), ("BLOCK_N", "constexpr"), ("BLOCK_K", "constexpr")),
+        constants=(), divisible_by_16=tuple(p for p, v in zip(params, values) if _aligned(spec[v])),
+        numels=(("m", r.m), ("n", r.n), ("k", r.k)), reduction_hint=None, mutated=(),
+        tiles=(("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n), ("BLOCK_K", t.block_k)),
+        family="fused_linear", grid=(cdiv(r.m, t.block_m) * cdiv(r.n, t.block_n), 1, 1), num_warps=t.num_warps,
+        num_stages=t.num_stages,
+    )
+    return kernel, tuple(g.Ref(v) for v in values)
+
+
+def lower(graph: g.Graph) -> g.Graph:
+    """``graph`` with every ``aotcombo::fused_linear`` call replaced by its output's allocation
+    and a launch of its kernel."""
+    if not any(isinstance(op, g.Extern) and op.op == f"{OP}.default" for op in graph.ops):
+        return graph
+    specs = graph.spec
+    kernels = {k.name: k for k in graph.kernels}
+    ops = []
+    for op in graph.ops:
+        if not (isinstance(op, g.Extern) and op.op == f"{OP}.default"):
+            ops.append(op)
+            continue
+        kernel, args = kernel_for(op, specs)
+        kernels.setdefault(kernel.name, kernel)
+        ops += [g.Alloc(op.out, specs[op.out]), g.Launch(kernel.name, args)]
+    return g.replace(graph, ops=tuple(ops), kernels=tuple(kernels.values()))

@@ -1,0 +1,170 @@
+"""What one fused linear computes (``Recipe``), its meaning in torch ops (the
+``aotcombo::fused_linear`` custom op the rewrite calls), the pointwise ops an epilogue may hold,
+and the tile rule its kernel is launched with. See ``match`` for the rewrite that makes one."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+import torch
+
+from ..common import cdiv, next_power_of_2
+
+OP = "aotcombo::fused_linear"
+# benchmarks/results/fused_linear_bench.log: fused beats norm + cuBLAS + epilogue 1.2-2.7x up
+# to 0.13 GFLOP, loses 0.5-0.8x from 0.45 GFLOP. float32 (tf32x3) lower: in place the fp32 GPT-2
+# block ran 0.069 -> 0.091 ms fused (zoo/zoo_bench_fp32.log). Weights over 2 MiB: the LLM decode
+# step went 0.338 -> 0.356 ms fused (llm_bench_fused.log). Under 16 programs a few programs walk
+# the whole k loop (DLRM's 8-row MLP: 0.042 -> 0.053 ms); every win measured had 18 or more.
+FUSED_MAX_FLOPS = 2 ** 27  # 2*M*N*K
+FUSED_MAX_FLOPS_FP32 = 2 ** 24
+FUSED_MAX_WEIGHT_BYTES = 2 ** 21
+FUSED_MIN_PROGRAMS = 16
+MIN_PROGRAMS = 64  # the tile rule shrinks tiles until the grid has this many programs
+# A matmul of one row, or of up to DECODE_MAX_ROWS rows in 16 bits (an LLM decode step), reads
+# each weight element for a few products: memory-bound whatever its FLOPs or weight bytes, so
+# it is ours, bare or not (tiles()). H100, llm_decode (results/fused_linear_bench_decode*.log,
+# results/llm_gemv/): one row, a GEMV of 4 columns x k in steps of up to 1024 (float32 too: exact
+# products, no shared memory; not timed): 1.4-1.9x cuBLAS's speed for 2-6 MB of bf16 weights,
+# even at 65 MB (the lm head), batch-1 step 0.19 -> 0.155 ms; 2-8 rows (the GEMV's [8, 4, 1024]
+# products spill there), tensor-core tiles of 16 x 32 x 256: steps at batch 4 and 8 1.1x faster.
+GEMV_MAX_ROWS, GEMV_BLOCK_N, GEMV_MAX_BLOCK_K = 1, 4, 1024
+DECODE_MAX_ROWS, DECODE_BLOCK_N, DECODE_MAX_BLOCK_K = 8, 32, 256
+DECODE_DTYPES = (torch.bfloat16, torch.float16)
+# float32 products as three tf32 ones (tensor cores): 1.2-1.8e-7 from float64, below the
+# 2.4-4.1e-7 of Triton's "ieee" dot, and 1.7-3x faster.
+FP32_DOT_PRECISION = "tf32x3"
+FLOAT_DTYPES = ("float16", "bfloat16", "float32")
+
+aten = torch.ops.aten
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What one fused linear computes; operands follow x and W in this order: the bias, the
+    norm's weight and bias (those present), then ``extras``."""
+
+    m: int
+    n: int
+    k: int
+    weight_layout: str  # "nk": a linear's weight [N, K]; "kn": addmm's mat2 [K, N]
+    bias: str | None  # None | "row" ([N]) | "full" ([M, N], addmm's C): added before rounding
+    glu: bool  # W has 2N rows: two products, "acc" by its first N rows and "acc_up" by its last N
+    norm: str | None  # None | "layer" | "rms"
+    eps: float
+    norm_weight: bool
+    norm_bias: bool
+    norm_cast: str | None  # rms: the dtype the normalized x is rounded to before the weight scales it
+    extras: tuple[str, ...]  # per extra operand: "full" | "row"
+    epilogue: tuple[tuple[str, str, tuple], ...]  # (value, op, args): args are values, "e<i>", numbers
+    result: str  # the value stored ("acc": the product itself)
+    dtype: str  # of x, W and their product
+    out_dtype: str  # of the value stored
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Recipe":
+        raw = json.loads(text)
+        raw["extras"] = tuple(raw["extras"])
+        raw["epilogue"] = tuple((v, op, tuple(args)) for v, op, args in raw["epilogue"])
+        return cls(**raw)
+
+
+@torch.library.custom_op(OP, mutates_args=())
+def fused_linear(x: torch.Tensor, weight: torch.Tensor, operands: list[torch.Tensor], recipe: str) -> torch.Tensor:
+    """The recipe in torch ops (eager, any device): the meaning ``lower``'s kernel implements."""
+    r = Recipe.from_json(recipe)
+    operands = list(operands)
+    take = operands.pop
+    bias = take(0) if r.bias else None
+    a = x.float()
+    if r.norm == "layer":
+        a = (a - a.mean(-1, keepdim=True)) * torch.rsqrt(a.var(-1, unbiased=False, keepdim=True) + r.eps)
+    elif r.norm == "rms":
+        a = a * torch.rsqrt(a.pow(2).mean(-1, keepdim=True) + r.eps)
+    if r.norm and r.norm_cast:
+        a = a.to(getattr(torch, r.norm_cast)).float()
+    if r.norm_weight:
+        a = a * take(0).float()
+    if r.norm_bias:
+        a = a + take(0).float()
+    w = weight.float() if r.weight_layout == "kn" else weight.float().t()
+    acc = a.to(weight.dtype).float() @ w
+    if bias is not None:
+        acc = acc + bias.float()
+    acc = acc.to(weight.dtype).float()
+    values = {"acc": acc[:, :r.n], "acc_up": acc[:, r.n:]} if r.glu else {"acc": acc}
+    values.update({f"e{i}": e.float() for i, e in enumerate(operands)})
+    for out, op, args in r.epilogue:
+        values[out] = EPILOGUE_OPS[op][1](*(values[a] if isinstance(a, str) else a for a in args))
+    return values[r.result].to(getattr(torch, r.out_dtype))
+
+
+@fused_linear.register_fake
+def _(x, weight, operands, recipe):
+    r = Recipe.from_json(recipe)
+    return x.new_empty((r.m, r.n), dtype=getattr(torch, r.out_dtype))
+
+
+# op -> (Triton expression on float32 values, the same in torch)
+EPILOGUE_OPS = {
+    "add": ("{0} + {1}", lambda a, b: a + b),
+    "sub": ("{0} - {1}", lambda a, b: a - b),
+    "rsub": ("{1} - {0}", lambda a, b: b - a),
+    "mul": ("{0} * {1}", lambda a, b: a * b),
+    "div": ("{0} / {1}", lambda a, b: a / b),
+    "neg": ("-{0}", lambda a: -a),
+    "square": ("{0} * {0}", lambda a: a * a),
+    "cube": ("{0} * {0} * {0}", lambda a: a * a * a),
+    "pow": ("libdevice.pow({0}, {1})", lambda a, e: torch.pow(a, e)),
+    "tanh": ("libdevice.tanh({0})", torch.tanh),
+    "erf": ("libdevice.erf({0})", torch.erf),
+    "exp": ("libdevice.exp({0})", torch.exp),
+    "sigmoid": ("tl.sigmoid({0})", torch.sigmoid),
+    "relu": ("tl.where({0} != {0}, {0}, tl.maximum({0}, 0.0))", torch.relu),
+    "silu": ("{0} * tl.sigmoid({0})", torch.nn.functional.silu),
+    "gelu": ("0.5 * {0} * (1.0 + libdevice.erf({0} * 0.7071067811865476))", torch.nn.functional.gelu),
+    "gelu_tanh": ("0.5 * {0} * (1.0 + libdevice.tanh(0.7978845608028654 * ({0} + 0.044715 * {0} * {0} * {0})))",
+                  lambda a: torch.nn.functional.gelu(a, approximate="tanh")),
+    "round_bfloat16": ("{0}.to(tl.bfloat16).to(tl.float32)", lambda a: a.bfloat16().float()),
+    "round_float16": ("{0}.to(tl.float16).to(tl.float32)", lambda a: a.half().float()),
+    "copy": ("{0}", lambda a: a),
+}
+
+
+@dataclass(frozen=True)
+class Tiles:
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+    gemv: bool = False  # products summed on the CUDA cores, all rows in one tile (tl.dot: False)
+
+
+def tiles(m: int, n: int, k: int, dtype: str) -> Tiles:
+    """Tiles by rule (the fastest configs measured, for parallelism). Up to ``GEMV_MAX_ROWS``
+    rows: a GEMV, all rows in one tile, ``GEMV_BLOCK_N`` columns, k steps of up to
+    ``GEMV_MAX_BLOCK_K``; 16-bit, up to ``DECODE_MAX_ROWS``: 16 x ``DECODE_BLOCK_N``, k steps of
+    up to ``DECODE_MAX_BLOCK_K``; both 4 warps, 3 stages. Else 64 x 64 (16 rows for float32),
+    shrunk rows first to 16, then columns to 32, while under ``MIN_PROGRAMS`` programs; k
+    steps of 64, 128 for few rows or a k of 128 (float32: 32); 4 warps; 3 stages (float32: 2)."""
+    wide = dtype != "float32"
+    if m <= GEMV_MAX_ROWS:
+        block_k = min(next_power_of_2(k), GEMV_MAX_BLOCK_K)
+        return Tiles(next_power_of_2(m), GEMV_BLOCK_N, block_k, num_warps=4, num_stages=3, gemv=True)
+    if wide and m <= DECODE_MAX_ROWS:
+        block_k = min(next_power_of_2(k), DECODE_MAX_BLOCK_K)
+        return Tiles(16, DECODE_BLOCK_N, block_k, num_warps=4, num_stages=3)
+    block_m, block_n = min(64 if wide else 16, max(16, next_power_of_2(m))), min(64, max(32, next_power_of_2(n)))
+    while cdiv(m, block_m) * cdiv(n, block_n) < MIN_PROGRAMS and block_m > 16:
+        block_m //= 2
+    while cdiv(m, block_m) * cdiv(n, block_n) < MIN_PROGRAMS and block_n > 32:
+        block_n //= 2
+    block_k = (128 if m <= 16 or k <= 128 else 64) if wide else 32
+    return Tiles(block_m=block_m, block_n=block_n, block_k=min(block_k, max(16, next_power_of_2(k))),
+                 num_warps=4, num_stages=3 if wide else 2)

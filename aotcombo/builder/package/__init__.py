@@ -1,0 +1,1 @@
+"""The package: its manifest, the weights it holds, and the wheels."""

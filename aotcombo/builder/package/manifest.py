@@ -1,0 +1,188 @@
+"""Assemble the package: its ``Manifest`` (the runtime's contract) and the files it names.
+
+``assemble`` takes what the earlier stages built (per input shape and arch: the plan,
+the program, the kernel sources and binaries) and lays it out: programs, cubins per arch
+and the PTX of the lowest, each kernel image stored once by content (buckets whose
+kernels compile to the same bytes share one file), kernel sources beside them, the
+weights, and the manifest that describes all of it (``aotcombo.runtime.manifest``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from ...runtime import manifest as m
+from ...runtime.state import view_key
+from ..codegen.combo import combo_signature
+from .. import graph as g
+from ..kernels.linear import combine as linears
+from ..inputs.environment import RUNTIME_TORCH, tool_versions
+from ..plan.combos import ComboLaunch, Plan
+
+WEIGHTS_FILE = "weights.pt"
+
+
+@dataclass
+class VariantBuild:
+    """Everything built for one input shape and one arch."""
+
+    arch: int
+    batch: int | None  # the bucket's batch size; None without buckets
+    plan: Plan
+    program: str  # the rendered program module
+    sources: dict[str, str]  # combo name -> rendered kernel module
+    binaries: dict = field(default_factory=dict)  # combo name -> compiler.Binary
+    trace_cached: bool = False
+
+
+@dataclass
+class Contents:
+    """The package's manifest and every file it names, by path inside the package."""
+
+    manifest: m.Manifest
+    files: dict[str, bytes]
+    images_shared: int  # kernel images found identical to one stored already
+
+
+class _Files:
+    def __init__(self):
+        self.files: dict[str, bytes] = {}
+        self._by_digest: dict[str, str] = {}
+        self.shared = 0
+
+    def image(self, path: str, data: bytes) -> tuple[str, str]:
+        """(path, sha256) of a kernel image, stored once by content."""
+        digest = hashlib.sha256(data).hexdigest()
+        if digest in self._by_digest:
+            self.shared += 1
+        else:
+            self._by_digest[digest] = path
+            self.files[path] = data
+        return self._by_digest[digest], digest
+
+    def program(self, text: str) -> str:
+        module = "program_" + hashlib.sha256(text.encode()).hexdigest()[:12]
+        self.files[f"{module}.py"] = text.encode()
+        return module
+
+
+def stats(plan: Plan) -> m.Stats:
+    return m.Stats(kernels=plan.kernel_launches, combos=len(plan.combos), extern_calls=plan.extern_calls)
+
+
+def _kernel(combo, binary, image: str, sha256: str) -> m.Kernel:
+    params = tuple("ptr" if t.startswith("*") else t for t in combo_signature(combo)[0].values())
+    subs = tuple(m.SubKernel(kernel=s.kernel.name, heuristic=s.kernel.heuristic, numel=dict(s.kernel.numels),
+                             block=dict(s.blocks.constexprs), programs=s.blocks.programs, axes=s.blocks.axes,
+                             num_warps=s.blocks.num_warps) for s in combo.subs)
+    return m.Kernel(name=combo.name, function=binary.name, image=image, sha256=sha256, grid=(combo.grid, 1, 1),
+                    dynamic_grid=combo.dynamic, num_warps=binary.num_warps, shared=binary.shared, params=params,
+                    global_scratch=binary.global_scratch, profile_scratch=binary.profile_scratch,
+                    dispatch=combo.dispatch, level=combo.level, subs=subs, registers=binary.registers,
+                    local_bytes=binary.spills, stack_bytes=binary.stack, pdl=binary.pdl)
+
+
+def _schedule(plan: Plan) -> tuple[m.Step, ...]:
+    steps = []
+    for op, level in zip(plan.ops, plan.levels):
+        if isinstance(op, ComboLaunch):
+            steps.append(m.Step("combo", op.combo, level))
+        elif isinstance(op, g.Extern):
+            steps.append(m.Step("extern", op.op, level))
+    return tuple(steps)
+
+
+def _variant(v: VariantBuild, key: str, files: _Files, prefix: str) -> m.Variant:
+    kernels = []
+    for combo in v.plan.combos:
+        binary = v.binaries[combo.name]
+        if key == "ptx":
+            data = binary.ptx.encode()
+            path = f"kernels/ptx/{prefix}{combo.name}.ptx"
+        else:
+            data = binary.cubin
+            path = f"kernels/{key}/{prefix}{combo.name}.cubin"
+            files.files[f"kernels/{key}/{prefix}{combo.name}.py"] = v.sources[combo.name].encode()
+        kernels.append(_kernel(combo, binary, *files.image(path, data)))
+    return m.Variant(program=files.program(v.program), kernels=tuple(kernels), schedule=_schedule(v.plan),
+                     stats=stats(v.plan))
+
+
+def _inputs(graph: g.Graph, names: tuple[str, ...]) -> tuple[m.Input, ...]:
+    """The user inputs, by the names forward gives them (``names``, in order)."""
+    mutated, direct = {name for name, _ in graph.mutations}, g.kernel_only_inputs(graph)
+    user = sorted((i for i in graph.inputs if i.kind == "user"), key=lambda i: i.key)
+    return tuple(m.Input(name=names[i.key], dtype=i.spec.dtype, shape=i.spec.shape, stride=i.spec.stride, align=16,
+                         mutated=i.name in mutated, direct=i.name in direct) for i in user)
+
+
+def _specialization(batch: int | None, variants: list[VariantBuild], files: _Files,
+                    names: tuple[str, ...]) -> m.Specialization:
+    """One input shape: a variant per cubin arch, and the PTX of the lowest arch."""
+    prefix = f"b{batch}_" if batch is not None else ""
+    entries = {f"sm_{v.arch}": _variant(v, f"sm_{v.arch}", files, prefix) for v in variants}
+    lowest = min(variants, key=lambda v: v.arch)
+    entries["ptx"] = _variant(lowest, "ptx", files, prefix)
+    return m.Specialization(batch=batch, inputs=_inputs(lowest.plan.graph, names), variants=entries)
+
+
+def _tensor(name: str, t, external: bool, rows: dict, same_as: str | None) -> m.Tensor:
+    parts = linears.parts(name) or ()
+    return m.Tensor(name, str(t.dtype).removeprefix("torch."), tuple(t.shape), external, tuple(parts),
+                    tuple(rows[p] for p in parts), same_as)
+
+
+def tied(weights: dict) -> dict[str, str]:
+    """Each weight that is an earlier one (``state.view_key``: tied weights), by name: that
+    earlier name."""
+    first: dict[tuple, str] = {}
+    found = {}
+    for name, t in weights.items():
+        key = view_key(t)
+        if key is None:
+            continue
+        if key in first:
+            found[name] = first[key]
+        else:
+            first[key] = name
+    return found
+
+
+def assemble(name: str, version: str, archs, shapes: m.ShapeMode, variants: list[VariantBuild],
+             weights: dict, weights_file: bytes | None, input_names: tuple[str, ...],
+             external=frozenset(), part_rows: dict | None = None) -> Contents:
+    """The package's manifest and files (the runtime and ``__init__.py`` excepted: ``wheel``
+    adds those). ``weights``: the model's tensors by name, in program order;
+    ``weights_file``: the ``torch.save`` of those not ``external`` (None: all are);
+    ``input_names``: the user inputs' names (signature.input_names); ``part_rows``: the rows
+    of each model tensor a combined weight is made of (kernels/linear/combine.py)."""
+    files = _Files()
+    by_batch: dict = {}
+    for v in variants:
+        by_batch.setdefault(v.batch, []).append(v)
+    specializations = tuple(_specialization(b, by_batch[b], files, input_names)
+                            for b in sorted(by_batch, key=lambda b: b or 0))
+    if weights_file is not None:
+        files.files[WEIGHTS_FILE] = weights_file
+    state = variants[0].plan.graph.state
+    ties = tied(weights)
+    versions = tool_versions()
+    manifest = m.Manifest(
+        name=name,
+        version=version,
+        built_with={"aotcombo": versions["aotcombo"], "torch": versions["torch"], "triton": versions["triton"] or "?"},
+        torch=RUNTIME_TORCH,
+        archs=tuple(archs),
+        ptx_arch=min(archs),
+        shapes=shapes,
+        specializations=specializations,
+        weights=m.Weights(
+            file=WEIGHTS_FILE if weights_file is not None else None,
+            tensors=tuple(_tensor(name, t, name in external, part_rows or {}, ties.get(name))
+                          for name, t in weights.items()),
+            file_bytes=len(weights_file or b""), sha256=hashlib.sha256(weights_file or b"").hexdigest(),
+            state=tuple(name for name in weights if name in state)),
+        extern_ops=tuple(sorted({op.op for v in variants for op in v.plan.ops if isinstance(op, g.Extern)})),
+    )
+    return Contents(manifest, files.files, files.shared)

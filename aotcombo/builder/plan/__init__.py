@@ -1,0 +1,2 @@
+"""The launch plan: dependency levels, combo kernels of mutually independent kernels, and
+fixed block sizes by rule."""

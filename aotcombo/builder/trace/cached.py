@@ -1,0 +1,126 @@
+"""The trace stage, through the build cache: ``entry.trace_model`` or a cached trace that fits.
+
+Tracing (torch.export + Inductor) takes seconds per arch and dominates a rebuild, so
+its result is cached under ``cache.trace_keys``. A cached trace holds the plain-data
+graph, the nesting of the model's outputs and the values of constants the trace lifted
+out of ``forward``; the weights themselves always come from the model being built, and
+a cached graph is used only when its inputs and weights still match the model's.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+import torch
+
+from ...runtime.inputs import at_batch
+from ...runtime.manifest import BATCH, Dynamic
+from .. import graph as g
+from ..kernels.linear import combine as linears
+
+
+@dataclass
+class Traced:
+    graph: g.Graph
+    weights: dict  # weight name -> the model's tensor
+    structure: tuple  # the nesting of the outputs (to_graph.output_structure)
+    cached: bool  # came from the build cache
+
+
+def _weights_of(model, graph, constants: dict) -> dict | None:
+    """The model's tensors for the graph's weight inputs (None if one is missing).
+
+    ``constants``: tensors that are not attributes of the model (literals of its
+    ``forward`` that export lifted), stored with the cached trace."""
+    weights = {}
+    for i in graph.inputs:
+        if i.kind != "weight":
+            continue
+        try:
+            weights[i.key] = linears.combined(model, i.key) if linears.parts(i.key) else \
+                operator.attrgetter(i.key)(model).detach()
+        except AttributeError:
+            if i.key not in constants:
+                return None
+            weights[i.key] = _tensor_from_plain(constants[i.key])
+    return weights
+
+
+def _lifted_constants(model, weights: dict) -> dict:
+    """The weights a trace found that are not attributes of the model, as plain data."""
+    out = {}
+    for key, tensor in weights.items():
+        if linears.parts(key):  # made from the model's own tensors at each build
+            continue
+        try:
+            operator.attrgetter(key)(model)
+        except AttributeError:
+            t = tensor.detach().contiguous()
+            out[key] = (str(t.dtype).removeprefix("torch."), tuple(t.shape),
+                        t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return out
+
+
+def _tensor_from_plain(plain) -> torch.Tensor:
+    dtype, shape, data = plain
+    dtype = getattr(torch, dtype)
+    if not data:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype).reshape(shape).clone()
+
+
+def _fits(graph, inputs, weights) -> bool:
+    """A cached graph's inputs still describe the model's (a second look past the key)."""
+    user = sorted((i for i in graph.inputs if i.kind == "user"), key=lambda i: i.key)
+    if len(user) != len(inputs):
+        return False
+    for i, t in zip(user, inputs):
+        batch = next((d for d, traced in zip(t.shape, i.spec.shape) if traced == BATCH), None)
+        if (tuple(t.shape), tuple(t.stride()), str(t.dtype).removeprefix("torch.")) != (
+                at_batch(i.spec.shape, batch), at_batch(i.spec.stride, batch), i.spec.dtype):
+            return False
+    for i in graph.inputs:
+        if i.kind == "weight":
+            t = weights[i.key]
+            if (tuple(t.shape), str(t.dtype).removeprefix("torch.")) != (i.spec.shape, i.spec.dtype):
+                return False
+    return True
+
+
+def trace_keys(model, inputs, archs, cache, model_file, reporter, dynamic: Dynamic | None = None) -> dict:
+    """Trace cache keys for every arch, computed before any trace (a trace imports
+    Inductor, whose configs are part of the key once imported)."""
+    from ..cache.store import trace_keys as keys
+    from ..cache.fingerprint import Uncacheable
+
+    if not cache.enabled:
+        return {a: None for a in archs}
+    try:
+        return keys(model, inputs, archs, model_file, extra=dynamic)
+    except Uncacheable as exc:
+        reporter.detail(f"traces are not cached for this model: {exc}")
+        return {a: None for a in archs}
+
+
+def trace_stage(model, inputs, arch, cache, key, reporter, where: str, dynamic: Dynamic | None = None) -> Traced:
+    """The trace for ``sm_{arch}``, from the cache when ``key`` finds one that fits
+    (``where`` names the trace in messages)."""
+    if key is not None:
+        entry = cache.get_trace(key)
+        if entry is not None:
+            graph, structure = entry["graph"], entry["structure"]
+            weights = _weights_of(model, graph, entry.get("constants") or {})
+            fits = weights is not None and _fits(graph, inputs, weights)
+            if graph.arch == arch and graph.dynamic == dynamic and fits:
+                reporter.line(f"trace for {where}: from the build cache")
+                return Traced(graph, weights, structure, cached=True)
+            reporter.detail(f"{where}: the cached trace does not fit the model; tracing again")
+    from .entry import trace_model
+
+    with reporter.stage(f"trace for {where}", timing_key="trace"):
+        graph, weights, structure = trace_model(model, inputs, arch, dynamic=dynamic)
+    entry = {"graph": graph, "structure": structure, "constants": _lifted_constants(model, weights)}
+    if key is not None and not cache.put_trace(key, entry):
+        reporter.detail(f"{where}: the trace holds values the build cache does not store; not cached")
+    return Traced(graph, weights, structure, cached=False)

@@ -1,0 +1,98 @@
+"""``trace_model(module, example_inputs, arch)``: the model through ``torch.export`` and
+Inductor for device ``cuda`` on fake tensors, on a machine with no GPU, as plain data.
+
+The steps, each in its own module of this folder: the virtual GPU stands in for the device
+(``virtual_gpu``); the model is exported on fake CUDA tensors (``export``); the exported
+program is decomposed and rewritten (``decompositions``, ``passes``, and the linear-layer
+rewrites of ``kernels/linear``); Inductor compiles it with its FX wrapper captured
+(``capture``, ``wrapper_text``); the wrapper graph is read into ``graph.Graph``
+(``to_graph``). Failures become errors a user can act on (``diagnosis``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...errors import UnsupportedModelError
+from ...runtime.manifest import Dynamic
+from .. import graph as g
+from ..inputs.usercode import where
+from ..kernels.linear import combine as linear_combine, match as linear_match
+from . import decompositions
+from .capture import run_inductor
+from .diagnosis import export_failure, inductor_failure, located, quiet_logs
+from .export import export_on_fake_gpu
+from .passes import literals_on_the_gpu, reject_data_dependent_shapes, scatter_into_whole_buffers, write_state_in_place
+from .to_graph import graph_from_fx, output_structure, real_tensor, refuse_other_libraries_ops
+from .virtual_gpu import virtual_gpu
+
+
+def trace_model(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor_combo_kernels: bool = False,
+                dynamic: Dynamic | None = None):
+    """Trace ``module`` for a GPU of compute capability ``arch`` (e.g. 90).
+
+    ``dynamic``: dim 0 of its batched inputs is one symbolic batch size in [min, max]; kernels
+    then take the sizes that depend on it as arguments.
+
+    ``inductor_combo_kernels=True`` lets Inductor make its own combo kernels:
+    only to count the launches ``torch.compile`` would make, for comparison.
+
+    Returns ``(graph, weights, structure)``: the plain-data graph, the real
+    tensors of every weight input by name, and the nesting of the model's
+    outputs (see ``to_graph.output_structure``).
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    with virtual_gpu(arch), quiet_logs():
+        fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+        try:
+            ep = export_on_fake_gpu(module, example_inputs, fake_mode, arch, dynamic)
+        except UnsupportedModelError as exc:  # ours, raised while tracing (attention): add the model's line
+            raise located(exc, where(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - every export failure is the model's
+            raise export_failure(module, exc) from exc
+        reject_data_dependent_shapes(ep)
+        # Functional ATen: in-place updates of inputs become extra outputs; fallbacks with a
+        # plain formulation become ops Inductor writes kernels for (decompositions.py).
+        # (Not when counting Inductor's own launches: torch.compile makes those fallbacks.)
+        ep = ep.run_decompositions({} if inductor_combo_kernels else decompositions.table())
+        literals_on_the_gpu(ep)
+        if not inductor_combo_kernels:
+            linear_combine.combine(ep, module)
+            linear_combine.fold_residuals(ep)
+            if dynamic is None:  # its kernels are sized at build time
+                linear_match.fuse(ep)
+        signature = ep.graph_signature
+        scatter_into_whole_buffers(ep)
+        state = write_state_in_place(ep)
+        input_meta = []
+        user_index = 0
+        for spec in signature.input_specs:
+            if spec.kind == InputKind.USER_INPUT:
+                input_meta.append(("user", user_index))
+                user_index += 1
+            elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+                input_meta.append(("weight", spec.target))
+            else:
+                raise UnsupportedModelError(f"unsupported model input {spec.arg.name} ({spec.kind.name})")
+        gm = ep.graph_module
+        fake_inputs = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+        try:
+            fx_wrapper, kernels = run_inductor(gm, fake_inputs, inductor_combo_kernels, dynamic is not None)
+        except UnsupportedModelError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise inductor_failure(exc, arch) from exc
+        graph = graph_from_fx(fx_wrapper, kernels, input_meta, arch)
+        refuse_other_libraries_ops(graph, gm)
+        placeholder = {s.arg.name: i for i, s in enumerate(signature.input_specs)}
+        mutations = tuple(
+            (graph.inputs[placeholder[s.target]].name, i)
+            for i, s in enumerate(signature.output_specs)
+            if s.kind == OutputKind.USER_INPUT_MUTATION
+        )
+        graph = g.replace(graph, mutations=mutations, dynamic=dynamic, state=state)
+
+    weights = {key: real_tensor(module, key, ep.constants) for kind, key in input_meta if kind == "weight"}
+    return graph, weights, output_structure(ep.call_spec.out_spec)
