@@ -201,7 +201,7 @@ def render_png(info: dict, path: str | Path, arch: str | None = None) -> Path:
         ax.set_axis_off()
         ax.set_xlim(0, width_in)
         ax.set_ylim(height_in - below, -below)
-        text = dict(fontsize=_FS, family=_MONO, color=_DARK, va="center")
+        text = {"fontsize": _FS, "family": _MONO, "color": _DARK, "va": "center"}
         ax.text(_MARGIN, 0.3 - below, title, **{**text, "fontsize": _TITLE_FS}, fontweight="bold")
         for k, words in enumerate(legend):
             ax.text(_MARGIN, 0.58 - below + k * _LEGEND_LINE, words, **{**text, "color": _GREY})

@@ -33,16 +33,19 @@ def locate(target: str | Path) -> _Source:
         except (ImportError, ValueError):
             spec = None
         if spec is not None and spec.submodule_search_locations:
-            folder = Path(list(spec.submodule_search_locations)[0])
+            folder = Path(next(iter(spec.submodule_search_locations)))
             if (folder / "manifest.json").is_file():
                 source = _from_folder(folder)
                 source.kind = "installed package"
                 return source
-            raise InspectError(f"the installed package {target} ({folder}) is not an aotcombo package (no manifest.json)",
-                               fix="pass the name of a package built by aotcombo")
+            raise InspectError(
+                f"the installed package {target} ({folder}) is not an aotcombo package (no manifest.json)",
+                fix="pass the name of a package built by aotcombo",
+            )
     raise InspectError(
         f"no wheel, folder or installed package named {target}",
-        fix="pass the path of a .whl, a folder holding <name>/manifest.json, or the import name of an installed package",
+        fix="pass the path of a .whl, a folder holding <name>/manifest.json, "
+        "or the import name of an installed package",
     )
 
 
@@ -77,8 +80,10 @@ def _from_folder(folder: Path) -> _Source:
         inside = sorted(p.parent for p in folder.glob("*/manifest.json"))
         if len(inside) != 1:
             what = "no" if not inside else f"{len(inside)}"
-            raise InspectError(f"{folder} holds {what} aotcombo package(s) (looked for manifest.json and */manifest.json)",
-                               fix="pass the package's own folder")
+            raise InspectError(
+                f"{folder} holds {what} aotcombo package(s) (looked for manifest.json and */manifest.json)",
+                fix="pass the package's own folder",
+            )
         folder = inside[0]
 
     def read(rel: str) -> bytes:

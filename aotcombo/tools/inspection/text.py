@@ -22,9 +22,9 @@ def format_text(info: dict, arch: str | None = None) -> str:
         + (f"; tied: {', '.join(f'{a} = {b}' for a, b in w['tied'].items())}" if w.get("tied") else "")
         + (f"; {w['external']} given at load (--weights external)" if w.get("external") else "")
         + (f"; state, updated by forward: {', '.join(w['state'])}" if w.get("state") else ""),
-        f"launches per forward: {s.get('launches_per_forward')} = {plural(s.get('combos'), 'combo kernel')} + "
-        f"{plural(s.get('extern_calls'), 'extern call')}; un-combined: {s.get('launches_uncombined')} = "
-        f"{plural(s.get('kernels'), 'kernel')} + {plural(s.get('extern_calls'), 'extern call')}",
+        (f"launches per forward: {s.get('launches_per_forward')} = {plural(s.get('combos'), 'combo kernel')} + "
+         f"{plural(s.get('extern_calls'), 'extern call')}; un-combined: {s.get('launches_uncombined')} = "
+         f"{plural(s.get('kernels'), 'kernel')} + {plural(s.get('extern_calls'), 'extern call')}"),
     ]
     if info["extern_ops"]:
         lines.append("extern ops: " + ", ".join(info["extern_ops"]))
@@ -33,8 +33,8 @@ def format_text(info: dict, arch: str | None = None) -> str:
         if arch and key != arch:
             continue
         if key == "ptx" and not arch and len(info["variants"]) > 1:
-            lines += ["", f"ptx: the {info['ptx_arch']} kernels as PTX ({_mb(variant['image_bytes'])}), JIT-compiled by the "
-                          f"driver on GPUs that no cubin fits; program {variant['program']}.py"]
+            lines += ["", (f"ptx: the {info['ptx_arch']} kernels as PTX ({_mb(variant['image_bytes'])}), JIT-compiled "
+                           f"by the driver on GPUs that no cubin fits; program {variant['program']}.py")]
             continue
         early = sum(bool(c.get("pdl")) for c in variant["combos"])
         lines += ["", f"{key}: program {variant['program']}.py, {len(variant['combos'])} kernel images "
@@ -66,8 +66,8 @@ def format_text(info: dict, arch: str | None = None) -> str:
 def _shapes_line(shapes: dict) -> list[str]:
     inputs = ", ".join(str(i) for i in shapes.get("batched_inputs", []))
     if shapes["mode"] == "dynamic":
-        return [f"batch: dynamic, dim 0 of inputs {inputs}, from {shapes['min']} to {shapes['max']}; grids computed "
-                "per call (the top-level shapes and launches below are for the whole range)"]
+        return [(f"batch: dynamic, dim 0 of inputs {inputs}, from {shapes['min']} to {shapes['max']}; grids "
+                 "computed per call (the top-level shapes and launches below are for the whole range)")]
     if shapes["mode"] == "buckets":
         return [f"batch: buckets {', '.join(map(str, shapes['sizes']))} (dim 0 of inputs {inputs})"
                 + (", sizes between buckets padded to the next one" if shapes["pad"] else ", exact sizes only")
