@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import traceback
@@ -62,7 +63,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     build.add_argument("model_file", metavar="MODEL_FILE", help="path of the model's .py file")
     build.add_argument(
-        "--arch", default=",".join(DEFAULT_ARCHS), help="comma-separated GPU archs to compile cubins for (default: %(default)s); "
+        "--arch", default=",".join(DEFAULT_ARCHS),
+        help="comma-separated GPU archs to compile cubins for (default: %(default)s); "
         "PTX of the lowest is kept for newer GPUs",
     )
     build.add_argument("--name", help="package (import) name; default: the model file's stem")
@@ -148,10 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     code = _main(argv)
     if argv is None and _heavy_imports():
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(Exception):  # a closed pipe: nothing more to say
                 stream.flush()
-            except Exception:  # noqa: BLE001 - a closed pipe: nothing more to say
-                pass
         os._exit(code)
     return code
 

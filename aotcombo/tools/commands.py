@@ -85,7 +85,8 @@ def _inspect(args, reporter) -> int:
     if args.arch and args.arch not in info["variants"]:
         from ..errors import UsageError
 
-        raise UsageError(f"{info['name']} has no variant {args.arch}", fix=f"choose among {', '.join(info['variants'])}")
+        raise UsageError(f"{info['name']} has no variant {args.arch}",
+                         fix=f"choose among {', '.join(info['variants'])}")
     if args.json:
         print(json.dumps(info, indent=1, sort_keys=True))
     elif not args.quiet or not args.png:
@@ -98,7 +99,8 @@ def _inspect(args, reporter) -> int:
         except OSError as exc:
             from ..errors import OutputError
 
-            raise OutputError(f"cannot write {png}: {exc.strerror or exc}", fix="pass --png with a writable path") from exc
+            raise OutputError(f"cannot write {png}: {exc.strerror or exc}",
+                              fix="pass --png with a writable path") from exc
         reporter.line(f"wrote {png}")
     return 0
 
