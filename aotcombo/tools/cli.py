@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import os
 import sys
 import traceback
-from pathlib import Path
 
 from .. import __version__
+from ..builder.compile.scheduler import MAX_WORKERS
 from ..builder.inputs.options import DEFAULT_ARCHS
 from ..errors import EXIT_STATUSES, INTERNAL_ERROR, INTERRUPTED, BuildError
+from .commands import COMMANDS
 
 EPILOG = "exit status: " + "; ".join(f"{code} {what}" for code, what in EXIT_STATUSES) + """.
 
@@ -19,22 +20,26 @@ examples:
   aotcombo build sample_models/branches.py
   aotcombo build model.py --arch sm_80,sm_90 --name mymodel --out dist/
   aotcombo inspect dist/mymodel-0.1.0-py3-none-any.whl --png partition.png
-  pip install dist/mymodel-*.whl && python -c "import mymodel; m = mymodel.load('cuda')"
+  pip install --no-index --find-links dist/ mymodel && python -c "import mymodel; m = mymodel.load('cuda')"
 """
 
 CACHE_HELP = """\
 build cache: compiled kernels and traces are kept in $AOTCOMBO_CACHE_DIR, else
 $XDG_CACHE_HOME/aotcombo, else ~/.cache/aotcombo, so an unchanged model rebuilds in
 seconds; --no-cache (or AOTCOMBO_NO_CACHE=1) builds from scratch without reading or
-writing it. The same model, inputs, archs and tool versions give a byte-identical
-wheel, cached or not.
+writing it. The same model, inputs, archs and tool versions give byte-identical
+wheels, cached or not.
+"""
 
-C extensions: the wheel carries the runtime's kernel launcher and input guard
-compiled from C ($CC, else cc, and this Python's headers; without them, a warning
-and a wheel of Python files); the installed package uses them where they load
-(CPython >= 3.10 on this platform), ctypes and torch's TensorGuards elsewhere. The
-C compiler counts among the tool versions above; --no-native (or AOTCOMBO_NATIVE=0)
-leaves them out.
+NATIVE_HELP = """C extensions: a build writes two wheels. NAME-VERSION-py3-none-any.whl is pure
+Python: it launches kernels through ctypes and checks inputs with torch's
+TensorGuards, and installs anywhere torch does. The second, tagged
+cp310-abi3-<platform>, also carries the runtime's kernel launcher and input guard
+compiled from C ($CC, else cc, and this Python's headers) for CPython >= 3.10 on
+this platform; pip picks it where it fits, and the package falls back to ctypes
+where the extensions do not load. Without a C compiler or the headers: a warning,
+and the pure wheel only. The C compiler counts among the tool versions above;
+--no-native (or AOTCOMBO_NATIVE=0) writes the pure wheel only.
 """
 
 
@@ -43,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="aotcombo",
         description="Ahead-of-time kernel packager for PyTorch: trace a model through TorchInductor "
         "on a machine without a GPU, fuse independent kernels into combo kernels, compile them to "
-        "cubins for each GPU arch, and ship it all as one wheel whose runtime needs only torch and "
+        "cubins for each GPU arch, and ship it all as wheels whose runtime needs only torch and "
         "the CUDA driver.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -53,27 +58,30 @@ def _parser() -> argparse.ArgumentParser:
 
     build = commands.add_parser(
         "build",
-        help="build a wheel from a model file",
-        description="Build an installable wheel from MODEL_FILE, a Python file defining get_model() "
+        help="build wheels from a model file",
+        description="Build installable wheels (see C extensions below) from MODEL_FILE, a Python file "
+        "defining get_model() "
         "(an nn.Module on the CPU) and get_example_inputs() (a tuple of CPU tensors). The package "
         "runs the model for exactly those input shapes, dtypes and strides, or for several batch sizes "
         "(--batch, --dynamic).",
-        epilog=CACHE_HELP + "\n" + EPILOG,
+        epilog=CACHE_HELP + "\n" + NATIVE_HELP + "\n" + EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     build.add_argument("model_file", metavar="MODEL_FILE", help="path of the model's .py file")
     build.add_argument(
-        "--arch", default=",".join(DEFAULT_ARCHS), help="comma-separated GPU archs to compile cubins for (default: %(default)s); "
+        "--arch", default=",".join(DEFAULT_ARCHS),
+        help="comma-separated GPU archs to compile cubins for (default: %(default)s); "
         "PTX of the lowest is kept for newer GPUs",
     )
-    build.add_argument("--name", help="package (import) name; default: the model file's stem")
-    build.add_argument("--out", default="dist", help="folder for the wheel (default: %(default)s)")
+    build.add_argument("--name", help="package (import) name; default: the model file's stem, - replaced by _")
+    build.add_argument("--out", default="dist", help="folder for the wheels (default: %(default)s)")
     build.add_argument("--version-tag", dest="package_version", default="0.1.0", metavar="VERSION",
                        help="version of the built package (default: %(default)s)")
     build.add_argument(
         "--dispatch", default="sequential", choices=["sequential", "round_robin", "auto"],
-        help="how a combo kernel maps programs to sub-kernels (default: %(default)s; auto picks round robin "
-        "when sub-kernels are within 20%% of each other's size)",
+        help="how a combo kernel maps programs to sub-kernels (default: %(default)s; auto: round robin for a "
+        "combo whose sub-kernels' program counts average over 80%% of the largest, so that under 20%% of its "
+        "programs idle, else sequential)",
     )
     build.add_argument("--model-fn", default="get_model", help="function returning the model (default: %(default)s)")
     build.add_argument("--inputs-fn", default="get_example_inputs",
@@ -103,158 +111,50 @@ def _parser() -> argparse.ArgumentParser:
                        "later, a kernel is launched while the one before it runs and waits for it on the GPU "
                        "(programmatic dependent launch), hiding most of the gap between them")
     build.add_argument("--no-native", action="store_true",
-                       help="leave the C extensions out: the package launches kernels through ctypes (see below)")
+                       help="write the pure wheel only, without the C extensions: the package launches kernels "
+                       "through ctypes (see below)")
     build.add_argument("-j", "--jobs", type=int, metavar="N",
-                       help="kernels to compile at once (default: the CPUs available; 1: no worker processes)")
-    _noise(build)
+                       help=f"kernels to compile at once (default: the CPUs available), in up to {MAX_WORKERS} worker "
+                       "processes started when the compiles ahead pay for them; 1: none, all in this process")
+    _noise(build, quiet="print only errors and warnings: no progress, summary or wheel paths")
 
     inspect = commands.add_parser(
         "inspect",
         help="show what a built package holds",
-        description="Show what a package built by aotcombo holds: archs, inputs, weights, versions, launches per "
-        "forward against the un-combined count, and for each arch every combo kernel with its dependency level, "
-        "the Inductor kernels it launches together, block sizes, grid, warps, registers and memory. Reads a wheel "
+        description="Show what a package built by aotcombo holds: archs, inputs, batch sizes, weights, versions, "
+        "launches per forward against the un-combined count, and for each arch its launches in order: extern calls, "
+        "and combo kernels with their dependency level, the Inductor kernels each launches together, block sizes, "
+        "grid, warps, registers and memory (the PTX variant in one line, unless --arch ptx). Reads a wheel "
         "without installing it, an installed package without importing it, or an unpacked folder.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     inspect.add_argument("target", metavar="WHEEL|PACKAGE|FOLDER",
-                         help="a .whl file, an installed package's import name, or a folder")
-    inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
-    inspect.add_argument("--png", metavar="FILE", help="draw the combo partition of one arch into a PNG image")
-    inspect.add_argument("--arch", help="the arch to show (text) or draw (--png; default: the first cubin arch)")
-    _noise(inspect)
+                         help="a .whl file, an installed package's import name, or a folder: the package's own "
+                         "(holding manifest.json) or one holding it (an unpacked wheel)")
+    inspect.add_argument("--json", action="store_true",
+                         help="print JSON instead of text, with every variant whatever --arch")
+    inspect.add_argument("--png", metavar="FILE",
+                         help="also draw the combo partition of one arch into a PNG image (needs matplotlib: "
+                         "pip install 'aotcombo[png]')")
+    inspect.add_argument("--arch",
+                         help="the one variant to show (text) or draw (--png; default: the first cubin arch): "
+                         "an arch such as sm_90, or ptx")
+    _noise(inspect, quiet="with --png: print nothing but errors (without it, the report still prints)",
+           verbose="tracebacks on errors")
 
     cache = commands.add_parser("cache", help="show or clear the build cache",
                                 description="Show where the build cache is and how much it holds.\n\n" + CACHE_HELP,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     cache.add_argument("--clear", action="store_true", help="remove every entry")
-    _noise(cache)
+    _noise(cache, quiet="with --clear: print nothing but errors", verbose="tracebacks on errors")
     return parser
 
 
-def _noise(parser) -> None:
+def _noise(parser, quiet: str, verbose: str = "more detail, and tracebacks on errors") -> None:
     noise = parser.add_mutually_exclusive_group()
-    noise.add_argument("-q", "--quiet", action="store_true", help="print only errors")
-    noise.add_argument("-v", "--verbose", action="store_true", help="more detail, and tracebacks on errors")
-
-
-# --- commands ----------------------------------------------------------------------------
-
-
-def _build_modules():
-    """The build's modules; a build dependency that is missing is an environment error."""
-    try:
-        from ..builder.inputs import modelfile
-        from ..builder.inputs import options
-        from ..builder import pipeline
-
-        return pipeline, modelfile, options
-    except ImportError as exc:
-        from ..builder.inputs.environment import BUILD_REQUIREMENTS, missing
-
-        module = (exc.name or "").partition(".")[0]
-        if module not in BUILD_REQUIREMENTS:
-            raise
-        raise missing(module) from exc
-
-
-def _options(args, options_mod):
-    """The build's options from the flags, checked before any model load: a typo in --arch or
-    an unwritable --out should not cost a model load."""
-    from ..errors import UsageError
-
-    if args.pad and not args.batch:
-        raise UsageError("--pad needs --batch", fix="pass --batch with the bucket sizes, e.g. --batch 1,2,4,8 --pad")
-    shapes = None
-    if args.batch:
-        shapes = options_mod.parse_batch(args.batch, args.pad)
-    elif args.dynamic:
-        shapes = options_mod.parse_dynamic(args.dynamic)
-    return options_mod.BuildOptions.checked(
-        arch=args.arch, name=args.name or Path(args.model_file).stem.replace("-", "_"), out=args.out,
-        version=args.package_version, dispatch=args.dispatch, shapes=shapes, cache=not args.no_cache, jobs=args.jobs,
-        native=False if args.no_native else None, weights=args.weights, pdl=not args.no_pdl)
-
-
-def _build(args, reporter) -> int:
-    pipeline, modelfile, options_mod = _build_modules()
-    from ..builder.inputs.environment import check_environment
-
-    check_environment()
-    options = _options(args, options_mod)
-    path = Path(args.model_file)
-    make_inputs = None
-    with reporter.stage(f"load {path}", timing_key="load"):
-        model, inputs = modelfile.load_model_file(path, args.model_fn, args.inputs_fn)
-        modelfile.run_eager(model, inputs, path=path)
-        if args.batch or args.dynamic:
-            make_inputs = modelfile.batch_inputs_function(path, args.inputs_fn)
-    result = pipeline.build_package(model, inputs, options, reporter=reporter, model_file=path,
-                                    make_inputs=make_inputs)
-    s = result.summary()
-    c = result.cache
-
-    def count(n: int, one: str, many: str) -> str:
-        return f"{n} {one if n == 1 else many}"
-
-    reporter.line(
-        f"{options.name}: {count(s['kernels'], 'kernel', 'kernels')} in "
-        f"{count(s['combos'], 'combo launch', 'combo launches')} + "
-        f"{count(s['extern_calls'], 'extern call', 'extern calls')} = "
-        f"{count(s['launches_per_forward'], 'launch', 'launches')} per forward"
-    )
-    if c["enabled"]:
-        reporter.detail(f"build cache {c['dir']}: traces {c['traces_cached']}/{c['traces']} cached, kernels "
-                        f"{c['kernels_cached']} cached + {c['kernels_compiled']} compiled")
-    reporter.detail("times: " + ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.items()))
-    if not args.quiet:
-        for wheel in result.wheels:
-            print(wheel)
-    return 0
-
-
-def _inspect(args, reporter) -> int:
-    from .inspection import format_text, inspect_package, render_png
-
-    info = inspect_package(args.target)
-    if args.arch and args.arch not in info["variants"]:
-        from ..errors import UsageError
-
-        raise UsageError(f"{info['name']} has no variant {args.arch}", fix=f"choose among {', '.join(info['variants'])}")
-    if args.json:
-        print(json.dumps(info, indent=1, sort_keys=True))
-    elif not args.quiet or not args.png:
-        sys.stdout.write(format_text(info, args.arch))
-    sys.stdout.flush()
-    if args.png:
-        png = Path(args.png)
-        try:
-            render_png(info, png, args.arch)
-        except OSError as exc:
-            from ..errors import OutputError
-
-            raise OutputError(f"cannot write {png}: {exc.strerror or exc}", fix="pass --png with a writable path") from exc
-        reporter.line(f"wrote {png}")
-    return 0
-
-
-def _cache(args, reporter) -> int:
-    from ..builder.cache.store import Cache, default_dir
-
-    cache = Cache(default_dir())
-    if args.clear:
-        freed = cache.clear()
-        reporter.line(f"cleared {cache.root} ({freed / 1e6:.1f} MB)")
-        return 0
-    usage = cache.usage()
-    print(f"{cache.root}")
-    for kind, u in usage.items():
-        print(f"  {kind}: {u['entries']} entries, {u['bytes'] / 1e6:.1f} MB")
-    return 0
-
-
-COMMANDS = {"build": _build, "inspect": _inspect, "cache": _cache}
+    noise.add_argument("-q", "--quiet", action="store_true", help=quiet)
+    noise.add_argument("-v", "--verbose", action="store_true", help=verbose)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -267,10 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     code = _main(argv)
     if argv is None and _heavy_imports():
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(Exception):  # a closed pipe: nothing more to say
                 stream.flush()
-            except Exception:  # noqa: BLE001 - a closed pipe: nothing more to say
-                pass
         os._exit(code)
     return code
 

@@ -15,8 +15,8 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
@@ -151,7 +151,8 @@ def _run_here(directory: Path) -> None:
     torch.save({"outputs": outputs, "inputs": job["inputs"], "weights": job["weights"]}, directory / "outputs.pt")
 
 
-def run(program: str, combos: Sequence[tuple[str, str, int]], weights: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor]):
+def run(program: str, combos: Sequence[tuple[str, str, int | None]], weights: Sequence[torch.Tensor],
+        inputs: Sequence[torch.Tensor]):
     """Run ``program``'s forward on CPU tensors, in a child process with
     ``TRITON_INTERPRET=1`` (Triton reads it when its own modules load).
 
@@ -164,7 +165,8 @@ def run(program: str, combos: Sequence[tuple[str, str, int]], weights: Sequence[
         torch.save(job, directory / "job.pt")
         env = dict(os.environ, TRITON_INTERPRET="1")
         result = subprocess.run(
-            [sys.executable, "-m", "aotcombo.tools.interpret", str(directory)], env=env, capture_output=True, text=True
+            [sys.executable, "-m", "aotcombo.tools.interpret", str(directory)], env=env, capture_output=True, text=True,
+            check=False,  # a failure is told below, with the child's stderr
         )
         if result.returncode != 0:
             raise RuntimeError(f"interpreted run failed (exit status {result.returncode}):\n{result.stderr[-4000:]}")

@@ -1,0 +1,125 @@
+"""What ``aotcombo build``, ``inspect`` and ``cache`` do, given the parsed command line and a
+``progress.Reporter``; each returns the exit status (errors are raised, ``cli`` reports them)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def _build_modules():
+    """The build's modules; a build dependency that is missing is an environment error."""
+    try:
+        from ..builder.inputs import modelfile
+        from ..builder.inputs import options
+        from ..builder import pipeline
+
+        return pipeline, modelfile, options
+    except ImportError as exc:
+        from ..builder.inputs.environment import BUILD_REQUIREMENTS, missing
+
+        module = (exc.name or "").partition(".")[0]
+        if module not in BUILD_REQUIREMENTS:
+            raise
+        raise missing(module) from exc
+
+
+def _options(args, options_mod):
+    """The build's options from the flags, checked before any model load: a typo in --arch or
+    an unwritable --out should not cost a model load."""
+    from ..errors import UsageError
+
+    if args.pad and not args.batch:
+        raise UsageError("--pad needs --batch", fix="pass --batch with the bucket sizes, e.g. --batch 1,2,4,8 --pad")
+    shapes = None
+    if args.batch:
+        shapes = options_mod.parse_batch(args.batch, args.pad)
+    elif args.dynamic:
+        shapes = options_mod.parse_dynamic(args.dynamic)
+    return options_mod.BuildOptions.checked(
+        arch=args.arch, name=args.name or Path(args.model_file).stem.replace("-", "_"), out=args.out,
+        version=args.package_version, dispatch=args.dispatch, shapes=shapes, cache=not args.no_cache, jobs=args.jobs,
+        native=False if args.no_native else None, weights=args.weights, pdl=not args.no_pdl)
+
+
+def _build(args, reporter) -> int:
+    pipeline, modelfile, options_mod = _build_modules()
+    from ..builder.inputs.environment import check_environment
+
+    check_environment()
+    options = _options(args, options_mod)
+    path = Path(args.model_file)
+    make_inputs = None
+    with reporter.stage(f"load {path}", timing_key="load"):
+        model, inputs = modelfile.load_model_file(path, args.model_fn, args.inputs_fn)
+        modelfile.run_eager(model, inputs, path=path)
+        if args.batch or args.dynamic:
+            make_inputs = modelfile.batch_inputs_function(path, args.inputs_fn)
+    result = pipeline.build_package(model, inputs, options, reporter=reporter, model_file=path,
+                                    make_inputs=make_inputs)
+    s = result.summary()
+    c = result.cache
+
+    def count(n: int, one: str, many: str) -> str:
+        return f"{n} {one if n == 1 else many}"
+
+    reporter.line(
+        f"{options.name}: {count(s['kernels'], 'kernel', 'kernels')} in "
+        f"{count(s['combos'], 'combo launch', 'combo launches')} + "
+        f"{count(s['extern_calls'], 'extern call', 'extern calls')} = "
+        f"{count(s['launches_per_forward'], 'launch', 'launches')} per forward"
+    )
+    if c["enabled"]:
+        reporter.detail(f"build cache {c['dir']}: traces {c['traces_cached']}/{c['traces']} cached, kernels "
+                        f"{c['kernels_cached']} cached + {c['kernels_compiled']} compiled")
+    reporter.detail("times: " + ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.items()))
+    if not args.quiet:
+        for wheel in result.wheels:
+            print(wheel)
+    return 0
+
+
+def _inspect(args, reporter) -> int:
+    from .inspection import format_text, inspect_package, render_png
+
+    info = inspect_package(args.target)
+    if args.arch and args.arch not in info["variants"]:
+        from ..errors import UsageError
+
+        raise UsageError(f"{info['name']} has no variant {args.arch}",
+                         fix=f"choose among {', '.join(info['variants'])}")
+    if args.json:
+        print(json.dumps(info, indent=1, sort_keys=True))
+    elif not args.quiet or not args.png:
+        sys.stdout.write(format_text(info, args.arch))
+    sys.stdout.flush()
+    if args.png:
+        png = Path(args.png)
+        try:
+            render_png(info, png, args.arch)
+        except OSError as exc:
+            from ..errors import OutputError
+
+            raise OutputError(f"cannot write {png}: {exc.strerror or exc}",
+                              fix="pass --png with a writable path") from exc
+        reporter.line(f"wrote {png}")
+    return 0
+
+
+def _cache(args, reporter) -> int:
+    from ..builder.cache.store import Cache, default_dir
+
+    cache = Cache(default_dir())
+    if args.clear:
+        freed = cache.clear()
+        reporter.line(f"cleared {cache.root} ({freed / 1e6:.1f} MB)")
+        return 0
+    usage = cache.usage()
+    print(f"{cache.root}")
+    for kind, u in usage.items():
+        print(f"  {kind}: {u['entries']} entries, {u['bytes'] / 1e6:.1f} MB")
+    return 0
+
+
+COMMANDS = {"build": _build, "inspect": _inspect, "cache": _cache}
