@@ -26,6 +26,8 @@ from ctypes import POINTER, byref, c_char_p, c_int, c_uint, c_void_p
 
 import torch
 
+from .torch_private import current_raw_stream
+
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
 LIBRARY = "libcuda.so.1"
@@ -169,11 +171,7 @@ def get_function(module: int, name: str) -> int:
 
 def current_stream(device_index: int) -> int:
     """torch's current stream on a device, as a raw CUstream."""
-    return _raw_stream(device_index)
-
-
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
-    lambda index: torch.cuda.current_stream(index).cuda_stream)
+    return current_raw_stream(device_index)
 
 
 class Kernel:

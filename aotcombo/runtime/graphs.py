@@ -42,7 +42,7 @@ import warnings
 import torch
 
 from . import cuda
-from .bound import BoundGraphs, input_guard
+from .bound import BoundGraphs, bound_guard
 from .inputs import allocate, bind
 from .outputs import OutputSlots, StaticOutputs, copy_into, flatten, unflattener
 from .repoint import Repointer
@@ -188,7 +188,7 @@ class GraphModel:
         if self._repoint is not None:
             self._copied = [i for i in range(len(self._inputs)) if i not in self._repoint.inputs]
             self._copied_to = [self._inputs[i] for i in self._copied]
-        guard = input_guard(self._inputs) if self._binds else None
+        guard = bound_guard(self._inputs) if self._binds else None
         if guard is not None:
             slots = self._slots if self.copy_outputs else StaticOutputs(self._outputs)
             self._bound = BoundGraphs(model.run, self._inputs, [s.align for s in model.specs], slots,
