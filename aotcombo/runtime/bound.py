@@ -101,14 +101,15 @@ class BoundGraphs:
     """The graphs bound to recurring input addresses of one model (and batch size).
 
     ``run(inputs, out)``: the forward op by op, writing the outputs it allocates itself into
-    ``out`` where ``places`` (the others are copied there); ``templates``: the static inputs (their layout is
-    what the kernels were built for; their addresses are never bound); ``aligns``: the
+    ``out`` (the others are copied there; ``places=False``: a ``run(inputs)`` that writes none,
+    as the tests' stand-ins); ``templates``: the static inputs (their layout is what the
+    kernels were built for; their addresses are never bound); ``aligns``: the
     bytes each input's data pointer must be a multiple of; ``slots``: the output slots the
     main path shares; ``capture(fn)``: a CUDA graph of ``fn()``, in the main graph's pool.
     """
 
     def __init__(self, run, templates: tuple, aligns: list[int], slots: OutputSlots, capture, guard,
-                 places: bool = False):
+                 places: bool = True):
         self._run, self._slots, self._capture, self._guard, self._places = run, slots, capture, guard, places
         self._masks = [align - 1 for align in aligns]
         self._static = tuple(map(_data_ptr, templates))

@@ -192,8 +192,7 @@ class GraphModel:
         if guard is not None:
             slots = self._slots if self.copy_outputs else StaticOutputs(self._outputs)
             self._bound = BoundGraphs(model.run, self._inputs, [s.align for s in model.specs], slots,
-                                      lambda fn: capture_call(fn, model.device, graph.pool()), guard,
-                                      getattr(model, "places_outputs", False))
+                                      lambda fn: capture_call(fn, model.device, graph.pool()), guard)
         self._graph = graph
 
     def state(self) -> dict[str, torch.Tensor]:

@@ -124,8 +124,6 @@ class Model:
         self.context, self.kernels, self._forward = loaded.context, loaded.kernels, loaded.forward
         self._index, self._bound, self._static = self.device.index, {}, None
         self.names = [s.name for s in self.specs]
-        # whether run(inputs, out) writes outputs into the caller's tensors (not in packages built before it could)
-        self.places_outputs = PLACED in getattr(getattr(self._forward, "__code__", None), "co_varnames", ())
 
     def __call__(self, *inputs, **named):
         if named:
@@ -147,9 +145,9 @@ class Model:
         return outputs
 
     def run(self, inputs: tuple, out: list | None = None):
-        """The forward on ``inputs``, unchecked, queued on torch's current stream. ``out`` (where
-        ``places_outputs``): a tensor per output, laid out as the forward's own; the outputs the
-        program allocates itself are written there (the others are returned as usual)."""
+        """The forward on ``inputs``, unchecked, queued on torch's current stream. ``out``: a
+        tensor per output, laid out as the forward's own; the outputs the program allocates
+        itself are written there (the others are returned as usual)."""
         stream = cuda.current_stream(self._index)
         kernels = self._bound.get(stream)
         if kernels is None:
