@@ -13,14 +13,16 @@ batch size). Calls check the inputs against the manifest first.
 import importlib
 
 _EXPORTS = {
-    "BucketedModel": "buckets", "CudaError": "cuda", "Kernel": "cuda", "GraphModel": "graphs",
-    "GraphPerSize": "graphs", "InputSpec": "inputs", "check_inputs": "inputs", "make_guard": "inputs",
+    "BucketedModel": "buckets", "CudaError": "cuda", "LoadedKernel": "cuda", "GraphModel": "graphs",
+    "GraphPerSize": "graphs", "InputSpec": "inputs", "check_inputs": "inputs", "make_input_check": "inputs",
     "Model": "loader", "Package": "loader", "choose_variant": "loader", "Manifest": "manifest",
 }
-__all__ = sorted(_EXPORTS)
+__all__ = ["BucketedModel", "CudaError", "GraphModel", "GraphPerSize", "InputSpec", "LoadedKernel", "Manifest", "Model",
+           "Package", "check_inputs", "choose_variant", "make_input_check"]
 
 
-_MODULES = ("bound", "buckets", "cuda", "graphs", "inputs", "loader", "manifest", "outputs", "repoint", "state")
+_MODULES = ("bound", "buckets", "cuda", "graphs", "inputs", "loader", "manifest", "ops", "outputs", "repoint", "state",
+            "torch_private")
 
 
 def __getattr__(name):

@@ -47,6 +47,7 @@ from .inputs import allocate, bind
 from .outputs import OutputSlots, StaticOutputs, copy_into, flatten, unflattener
 from .repoint import Repointer
 
+
 def same_tensors(a: tuple, b: tuple) -> bool:
     """Whether ``a`` holds exactly the tensor objects of ``b``, in order."""
     return len(a) == len(b) and all(map(operator.is_, a, b))
@@ -161,7 +162,8 @@ class GraphModel:
     def __init__(self, model, copy_outputs: bool = True, order=None, lock=None, pool=None, batch: int | None = None,
                  capturer=None, strict: bool = False):
         self.name, self.variant, self.device, self.weights = model.name, model.variant, model.device, model.weights
-        self.mutated, self.copy_outputs, self.names, self.guard = model.mutated, copy_outputs, model.names, model.guard
+        self.mutated, self.copy_outputs, self.names = model.mutated, copy_outputs, model.names
+        self.input_check = model.input_check
         self._model, self._inputs = model, allocate(model.specs, model.device, batch)
         self._lock, self._order = lock or threading.Lock(), order or StreamOrder.on(model.device)
         self._pool, self._capturer, self._strict = pool, capturer or capture, strict
@@ -218,7 +220,7 @@ class GraphModel:
             if outputs is not None:
                 return outputs
         fresh = not self.holds(inputs)
-        exact = self.guard(inputs) if fresh and self.guard is not None else True
+        exact = self.input_check(inputs) if fresh and self.input_check is not None else True
         return self.replay_checked(inputs, fresh, exact)
 
     def replay_bound(self, inputs: tuple):
@@ -233,14 +235,13 @@ class GraphModel:
         return None if outputs is None else self._unflatten(outputs)
 
     def replay_checked(self, inputs: tuple, fresh: bool, exact: bool = True):
-        """A call on inputs that passed the guard; ``fresh``: not the static inputs themselves;
+        """A call on inputs that passed the input check; ``fresh``: not the static inputs themselves;
         ``exact``: their strides and alignment are the static inputs' too (else they are copied)."""
         with self._lock:
             self._order.join()
-            if self._graph is None:
-                if not self._answered or self._failed or not self._capture_now():
-                    self._answered = True
-                    return self._run_once(inputs, exact)
+            if self._graph is None and (not self._answered or self._failed or not self._capture_now()):
+                self._answered = True
+                return self._run_once(inputs, exact)
             repoint = self._repoint
             if not fresh:
                 if repoint is not None:
@@ -298,7 +299,7 @@ class GraphPerSize:
         self.name, self.variant, self.device, self.weights = model.name, model.variant, model.device, model.weights
         self.mutated, self.copy_outputs, self.max_graphs = model.mutated, copy_outputs, max_graphs
         self._strict = strict  # a failed capture raises (load(graphs=True)); else that size runs op by op
-        self._model, self._graphs, self.names, self.guard = model, {}, model.names, model.guard
+        self._model, self._graphs, self.names, self.input_check = model, {}, model.names, model.input_check
         self._first = next(i for i, spec in enumerate(model.specs) if spec.batched)
         self._lock, self._order, self._pool = threading.Lock(), StreamOrder.on(model.device), None
 
@@ -307,7 +308,7 @@ class GraphPerSize:
             inputs = bind(self.names, inputs, named)
         try:
             graph = self._graphs.get(inputs[self._first].shape[0])
-        except (IndexError, AttributeError):  # the guard names what is wrong
+        except (IndexError, AttributeError):  # the input check names what is wrong
             graph = None
         if graph is not None:
             outputs = graph.replay_bound(inputs)
@@ -316,8 +317,8 @@ class GraphPerSize:
         fresh = graph is None or not graph.holds(inputs)
         exact = True
         if fresh:  # a graph's own static inputs need no check
-            if self.guard is not None:
-                exact = self.guard(inputs)
+            if self.input_check is not None:
+                exact = self.input_check(inputs)
             if graph is None:
                 graph = self._graph(inputs[self._first].shape[0])
         return graph.replay_checked(inputs, fresh, exact)
@@ -329,8 +330,9 @@ class GraphPerSize:
         if not low <= batch <= high:
             raise ValueError(f"{self.name}: batch size {batch} is outside the range {low}..{high} it was built for")
         graph = self._graphs.get(batch) or self._graph(batch)
-        if not isinstance(graph, GraphModel):
-            raise ValueError(f"{self.name}: batch {batch} runs op by op (no graph); pass your own inputs")
+        if isinstance(graph, _OpByOp):
+            raise ValueError(  # noqa: TRY004 (the batch size is what is wrong, as for the range above)
+                f"{self.name}: batch {batch} runs op by op (no graph); pass your own inputs")
         return graph.static_inputs()
 
     def state(self) -> dict[str, torch.Tensor]:
@@ -349,7 +351,7 @@ class GraphPerSize:
             if size in self._graphs:
                 return self._graphs[size]
             if len(self._graphs) >= self.max_graphs:
-                graph = _Unchecked(self._model)
+                graph = _OpByOp(self._model)
             else:
                 if self._pool is None:
                     self._pool = torch.cuda.graph_pool_handle()
@@ -362,9 +364,10 @@ class GraphPerSize:
         return f"<Model {self.name} {self.variant} on {self.device}, a CUDA graph per batch size>"
 
 
-class _Unchecked:
-    """A model run op by op on inputs already checked (GraphPerSize past its max_graphs);
-    inputs of other strides or alignment are copied into the layout it was built for."""
+class _OpByOp:
+    """A batch size past GraphPerSize's ``max_graphs``: run op by op, on inputs GraphPerSize
+    has checked already; inputs of other strides or alignment are copied into the layout it
+    was built for, as ``Model`` does."""
 
     def __init__(self, model):
         self._model = model
