@@ -4,10 +4,11 @@
 variant for the GPU, loads its kernels through the CUDA driver API (``cuda``, ctypes), moves
 the weights to the device once, and returns a model: by default a ``GraphModel`` that
 replays the whole forward as one CUDA graph (graphs.py; captured at its second call, the
-first runs op by op), else a ``Model`` that runs the
-package's generated program op by op; a package built for several batch sizes gives a
-``BucketedModel`` (buckets.py) or, with a dynamic batch, a ``GraphPerSize`` (a graph per
-batch size). Calls check the inputs against the manifest first.
+first runs op by op), else a ``Model`` that runs the package's generated program op by op;
+a package built for several batch sizes gives a ``BucketedModel`` (buckets.py) or, with a
+dynamic batch, a ``GraphPerSize`` (a graph per batch size). Calls check the inputs against
+the manifest first. Which path a call takes, and what each costs: graphs.py and
+docs/architecture.md. torch's private API is used in torch_private.py only.
 """
 
 import importlib

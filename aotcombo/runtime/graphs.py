@@ -9,21 +9,24 @@ private memory pool, the preplanned arena: as much as the forward's peak, held f
 model's life. Every load captures its own graph, so that is one pool per loaded model per
 device, plus its static inputs.
 
-Inputs that come back at the addresses of an earlier call take a graph bound to them
-(bound.py): no copies in or out. Otherwise, a call checks its inputs (unless
-``check_inputs=False``: then they must have the built strides and alignment) and copies
-them into the static input buffers, whatever their strides and alignment (as op by op
-copies inputs of another layout into it), except inputs only the package's kernels read
-(repoint.py): when they have the built strides and alignment, the graph's kernels read the
-caller's tensors in place, without a copy. The caller's tensors are read by the GPU after
-the call returns (the replay is queued on the caller's stream, as any torch op would read
-them): change them only in stream order. A caller that writes into
-``model.static_inputs()`` and passes those very tensors skips checks and copies. Inputs
+A call takes the first of these paths that applies (docs/architecture.md gives each its
+measured cost): (1) inputs at recurring addresses replay a graph bound to them (bound.py;
+captured at their second call), no copy in or out; (2) the graph's own static inputs
+(``model.static_inputs()``, the serving path): no check, no copy; else the input check runs
+(``check_inputs=False`` skips it: the inputs must then have the built strides and
+alignment), and (3) inputs of the built strides and alignment that only the package's
+kernels read are read in place, the kernels re-pointed at them (repoint.py), the others
+copied in; (4) anything else is copied into the static inputs, whatever its strides and
+alignment. Before the capture, and after a failed one, the call runs op by op
+(loader.Model).
+
+The caller's tensors are read by the GPU after the call returns (the replay is queued on the
+caller's stream, as any torch op would read them): change them only in stream order. Inputs
 the model updates in place are copied back after the replay. Outputs: by default a call
 returns tensors the caller may keep (output slots, outputs.py: copied from the graph's, or
 written there by a bound graph); ``copy_outputs=False`` returns the static output tensors
-themselves (a bound graph writes them too), valid until the next call of the model, from
-any thread, overwrites them.
+themselves (a bound graph writes them too), valid until the next call of the model, from any
+thread, overwrites them.
 
 Streams and threads: a call replays on the caller's current stream. The graph's buffers
 are shared, so calls are serialised: on the host by a lock around copy-in, replay and
@@ -235,8 +238,9 @@ class GraphModel:
         return None if outputs is None else self._unflatten(outputs)
 
     def replay_checked(self, inputs: tuple, fresh: bool, exact: bool = True):
-        """A call on inputs that passed the input check; ``fresh``: not the static inputs themselves;
-        ``exact``: their strides and alignment are the static inputs' too (else they are copied)."""
+        """A call on inputs that passed the input check; ``fresh``: not the static inputs
+        themselves; ``exact``: their strides and alignment are the static inputs' too (else
+        they are copied)."""
         with self._lock:
             self._order.join()
             if self._graph is None and (not self._answered or self._failed or not self._capture_now()):

@@ -3,9 +3,10 @@
 An ``InputSpec`` is a manifest ``Input`` with its dtype as a ``torch.dtype``; in a
 package with a dynamic batch the batch dim of a shape is ``BATCH``, and every such dim
 must hold the same size, inside the built range. ``check_inputs`` finds and names the
-first mismatch; ``make_input_check`` returns the per-call check: one comparison of a list of
-per-input tuples with the expected one (and, with a dynamic batch, one range test),
-falling back to ``check_inputs`` for the message.
+first mismatch; ``make_input_check`` returns the per-call input check: one comparison of a
+list of per-input tuples with the expected one (and, with a dynamic batch, one range test),
+falling back to ``check_inputs`` for the message. (A *guard*, in this runtime, is something
+else: what says whether a captured graph may replay on a call's inputs; bound.py.)
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ def same_layout(shape, got: tuple, expected: tuple) -> bool:
 
 
 def make_input_check(specs: list[InputSpec], device: torch.device, batch_range: tuple[int, int] | None = None,
-               exact_layout: bool = True):
+                     exact_layout: bool = True):
     """``input_check(inputs) -> exact``: check_inputs(specs, inputs, device, batch_range, exact_layout),
     cheap when they match exactly."""
     if any(s.batched for s in specs):
