@@ -24,7 +24,7 @@ are the very tensor objects of the last call: a tensor's storage and layout chan
 does every write of new values into it; ``.data =`` and ``torch.utils.swap_tensors`` change
 neither its identity nor its version counter), so neither identity nor version counters
 prove an input is where and as it was. The C guard does not read torch's lazy negation bit
-(set by the private ``torch._neg_view``): such an input is read as its memory holds, as the
+(set by torch's private ``_neg_view``): such an input is read as its memory holds, as the
 main graph reads an input its kernels are re-pointed at; complex inputs, whose conjugate
 views are common, always take TensorGuards.
 
