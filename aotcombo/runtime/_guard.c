@@ -7,7 +7,7 @@
    AOTInductor's packages call, kept stable across torch releases), whose addresses Python hands
    over from its ctypes handle of libtorch. A shim function takes an ``at::Tensor*``: the one a
    Python tensor holds at ``offset`` bytes into its object (torch >= 2.10: a plain at::Tensor right
-   after PyObject_HEAD). shim.py checks that offset before it builds a Guard, by ``word_at``
+   after PyObject_HEAD). torch_private.py checks that offset before it builds a Guard, by ``word_at``
    against ``Tensor._cdata``; any doubt, and the runtime keeps torch's TensorGuards.
 
    Guard(functions, offset, types, templates, capacity)
@@ -248,7 +248,8 @@ static PyObject *guard_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *template = PyTuple_GetItem(templates, i);
-        if (!known_type(types, template) || !read_layout(&self->shim, offset, template, &self->layouts[i], &self->pointers[i])) {
+        if (!known_type(types, template) ||
+            !read_layout(&self->shim, offset, template, &self->layouts[i], &self->pointers[i])) {
             Py_DECREF(self);
             return PyErr_Format(PyExc_ValueError, "Guard: template %zd is not a strided tensor the shim reads", i);
         }

@@ -4,7 +4,7 @@
 machine without a GPU. Every call's CUresult is checked: a failure raises CudaError
 (a RuntimeError) naming the call and the driver's own error name and text.
 
-Launching: ``Kernel.bind(stream)`` returns ``launch(*args)``, which holds the whole
+Launching: ``LoadedKernel.bind(stream)`` returns ``launch(*args)``, which holds the whole
 ``cuLaunchKernelEx`` call but the argument values. Two makers of it, with the same
 arguments and errors: the C launcher (``_launch.c``, in the native wheel as
 ``_launch.abi3.so``: 3.5 us a launch on an H100 host), when it imports, else ctypes
@@ -25,6 +25,8 @@ import threading
 from ctypes import POINTER, byref, c_char_p, c_int, c_uint, c_void_p
 
 import torch
+
+from .torch_private import current_raw_stream
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
@@ -169,14 +171,10 @@ def get_function(module: int, name: str) -> int:
 
 def current_stream(device_index: int) -> int:
     """torch's current stream on a device, as a raw CUstream."""
-    return _raw_stream(device_index)
+    return current_raw_stream(device_index)
 
 
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
-    lambda index: torch.cuda.current_stream(index).cuda_stream)
-
-
-class Kernel:
+class LoadedKernel:
     """A loaded Triton kernel with its launch fixed: grid, warps, shared memory, parameter kinds.
 
     Triton >= 3.3 kernels take two more pointers after the declared parameters, global
@@ -198,7 +196,7 @@ class Kernel:
         if shared > 48 * 1024:
             self.driver.call("cuFuncSetAttribute", function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
 
-    def sized(self, grid: int) -> Kernel:
+    def sized(self, grid: int) -> LoadedKernel:
         """This kernel with a 1-D grid of ``grid`` programs (a dynamic batch's launch)."""
         sized = copy.copy(self)
         sized.grid = (grid, 1, 1)
@@ -214,7 +212,7 @@ class Kernel:
         return launcher(self, stream, pointers, buffers)
 
 
-def _config(kernel: Kernel, stream: int) -> tuple[LaunchConfig, object]:
+def _config(kernel: LoadedKernel, stream: int) -> tuple[LaunchConfig, object]:
     """The launch's config, and the attribute it points at (keep it alive as long)."""
     if not kernel.pdl:
         return LaunchConfig(kernel.grid, (kernel.block, 1, 1), kernel.shared, stream, None, 0), None
@@ -223,7 +221,7 @@ def _config(kernel: Kernel, stream: int) -> tuple[LaunchConfig, object]:
         attribute
 
 
-def ctypes_launcher(kernel: Kernel, stream: int, scratch: list[int], keep_alive):
+def ctypes_launcher(kernel: LoadedKernel, stream: int, scratch: list[int], keep_alive):
     """``launch(*args)``: ``kernel`` on ``stream`` through ctypes: the arguments (tensors,
     ints, floats) packed into one buffer of 8-byte slots, then one cuLaunchKernelEx."""
     n = len(kernel.params)
@@ -253,7 +251,7 @@ def ctypes_launcher(kernel: Kernel, stream: int, scratch: list[int], keep_alive)
     return launch
 
 
-def native_launcher(kernel: Kernel, stream: int, scratch: list[int], keep_alive):
+def native_launcher(kernel: LoadedKernel, stream: int, scratch: list[int], keep_alive):
     """``launch(*args)``: ``kernel`` on ``stream`` through the C launcher (``_launch.c``)."""
     driver = kernel.driver
     kinds = "".join(PARAMS[k][1] for k in kernel.params).encode()

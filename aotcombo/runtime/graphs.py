@@ -9,21 +9,24 @@ private memory pool, the preplanned arena: as much as the forward's peak, held f
 model's life. Every load captures its own graph, so that is one pool per loaded model per
 device, plus its static inputs.
 
-Inputs that come back at the addresses of an earlier call take a graph bound to them
-(bound.py): no copies in or out. Otherwise, a call checks its inputs (unless
-``check_inputs=False``: then they must have the built strides and alignment) and copies
-them into the static input buffers, whatever their strides and alignment (as op by op
-copies inputs of another layout into it), except inputs only the package's kernels read
-(repoint.py): when they have the built strides and alignment, the graph's kernels read the
-caller's tensors in place, without a copy. The caller's tensors are read by the GPU after
-the call returns (the replay is queued on the caller's stream, as any torch op would read
-them): change them only in stream order. A caller that writes into
-``model.static_inputs()`` and passes those very tensors skips checks and copies. Inputs
+A call takes the first of these paths that applies (docs/architecture.md gives each its
+measured cost): (1) inputs at recurring addresses replay a graph bound to them (bound.py;
+captured at their second call), no copy in or out; (2) the graph's own static inputs
+(``model.static_inputs()``, the serving path): no check, no copy; else the input check runs
+(``check_inputs=False`` skips it: the inputs must then have the built strides and
+alignment), and (3) inputs of the built strides and alignment that only the package's
+kernels read are read in place, the kernels re-pointed at them (repoint.py), the others
+copied in; (4) anything else is copied into the static inputs, whatever its strides and
+alignment. Before the capture, and after a failed one, the call runs op by op
+(loader.Model).
+
+The caller's tensors are read by the GPU after the call returns (the replay is queued on the
+caller's stream, as any torch op would read them): change them only in stream order. Inputs
 the model updates in place are copied back after the replay. Outputs: by default a call
 returns tensors the caller may keep (output slots, outputs.py: copied from the graph's, or
 written there by a bound graph); ``copy_outputs=False`` returns the static output tensors
-themselves (a bound graph writes them too), valid until the next call of the model, from
-any thread, overwrites them.
+themselves (a bound graph writes them too), valid until the next call of the model, from any
+thread, overwrites them.
 
 Streams and threads: a call replays on the caller's current stream. The graph's buffers
 are shared, so calls are serialised: on the host by a lock around copy-in, replay and
@@ -42,10 +45,11 @@ import warnings
 import torch
 
 from . import cuda
-from .bound import BoundGraphs, input_guard
+from .bound import BoundGraphs, bound_guard
 from .inputs import allocate, bind
 from .outputs import OutputSlots, StaticOutputs, copy_into, flatten, unflattener
 from .repoint import Repointer
+
 
 def same_tensors(a: tuple, b: tuple) -> bool:
     """Whether ``a`` holds exactly the tensor objects of ``b``, in order."""
@@ -161,7 +165,8 @@ class GraphModel:
     def __init__(self, model, copy_outputs: bool = True, order=None, lock=None, pool=None, batch: int | None = None,
                  capturer=None, strict: bool = False):
         self.name, self.variant, self.device, self.weights = model.name, model.variant, model.device, model.weights
-        self.mutated, self.copy_outputs, self.names, self.guard = model.mutated, copy_outputs, model.names, model.guard
+        self.mutated, self.copy_outputs, self.names = model.mutated, copy_outputs, model.names
+        self.input_check = model.input_check
         self._model, self._inputs = model, allocate(model.specs, model.device, batch)
         self._lock, self._order = lock or threading.Lock(), order or StreamOrder.on(model.device)
         self._pool, self._capturer, self._strict = pool, capturer or capture, strict
@@ -188,12 +193,11 @@ class GraphModel:
         if self._repoint is not None:
             self._copied = [i for i in range(len(self._inputs)) if i not in self._repoint.inputs]
             self._copied_to = [self._inputs[i] for i in self._copied]
-        guard = input_guard(self._inputs) if self._binds else None
+        guard = bound_guard(self._inputs) if self._binds else None
         if guard is not None:
             slots = self._slots if self.copy_outputs else StaticOutputs(self._outputs)
             self._bound = BoundGraphs(model.run, self._inputs, [s.align for s in model.specs], slots,
-                                      lambda fn: capture_call(fn, model.device, graph.pool()), guard,
-                                      getattr(model, "places_outputs", False))
+                                      lambda fn: capture_call(fn, model.device, graph.pool()), guard)
         self._graph = graph
 
     def state(self) -> dict[str, torch.Tensor]:
@@ -219,7 +223,7 @@ class GraphModel:
             if outputs is not None:
                 return outputs
         fresh = not self.holds(inputs)
-        exact = self.guard(inputs) if fresh and self.guard is not None else True
+        exact = self.input_check(inputs) if fresh and self.input_check is not None else True
         return self.replay_checked(inputs, fresh, exact)
 
     def replay_bound(self, inputs: tuple):
@@ -234,14 +238,14 @@ class GraphModel:
         return None if outputs is None else self._unflatten(outputs)
 
     def replay_checked(self, inputs: tuple, fresh: bool, exact: bool = True):
-        """A call on inputs that passed the guard; ``fresh``: not the static inputs themselves;
-        ``exact``: their strides and alignment are the static inputs' too (else they are copied)."""
+        """A call on inputs that passed the input check; ``fresh``: not the static inputs
+        themselves; ``exact``: their strides and alignment are the static inputs' too (else
+        they are copied)."""
         with self._lock:
             self._order.join()
-            if self._graph is None:
-                if not self._answered or self._failed or not self._capture_now():
-                    self._answered = True
-                    return self._run_once(inputs, exact)
+            if self._graph is None and (not self._answered or self._failed or not self._capture_now()):
+                self._answered = True
+                return self._run_once(inputs, exact)
             repoint = self._repoint
             if not fresh:
                 if repoint is not None:
@@ -299,7 +303,7 @@ class GraphPerSize:
         self.name, self.variant, self.device, self.weights = model.name, model.variant, model.device, model.weights
         self.mutated, self.copy_outputs, self.max_graphs = model.mutated, copy_outputs, max_graphs
         self._strict = strict  # a failed capture raises (load(graphs=True)); else that size runs op by op
-        self._model, self._graphs, self.names, self.guard = model, {}, model.names, model.guard
+        self._model, self._graphs, self.names, self.input_check = model, {}, model.names, model.input_check
         self._first = next(i for i, spec in enumerate(model.specs) if spec.batched)
         self._lock, self._order, self._pool = threading.Lock(), StreamOrder.on(model.device), None
 
@@ -308,7 +312,7 @@ class GraphPerSize:
             inputs = bind(self.names, inputs, named)
         try:
             graph = self._graphs.get(inputs[self._first].shape[0])
-        except (IndexError, AttributeError):  # the guard names what is wrong
+        except (IndexError, AttributeError):  # the input check names what is wrong
             graph = None
         if graph is not None:
             outputs = graph.replay_bound(inputs)
@@ -317,8 +321,8 @@ class GraphPerSize:
         fresh = graph is None or not graph.holds(inputs)
         exact = True
         if fresh:  # a graph's own static inputs need no check
-            if self.guard is not None:
-                exact = self.guard(inputs)
+            if self.input_check is not None:
+                exact = self.input_check(inputs)
             if graph is None:
                 graph = self._graph(inputs[self._first].shape[0])
         return graph.replay_checked(inputs, fresh, exact)
@@ -330,8 +334,9 @@ class GraphPerSize:
         if not low <= batch <= high:
             raise ValueError(f"{self.name}: batch size {batch} is outside the range {low}..{high} it was built for")
         graph = self._graphs.get(batch) or self._graph(batch)
-        if not isinstance(graph, GraphModel):
-            raise ValueError(f"{self.name}: batch {batch} runs op by op (no graph); pass your own inputs")
+        if isinstance(graph, _OpByOp):
+            raise ValueError(  # noqa: TRY004 (the batch size is what is wrong, as for the range above)
+                f"{self.name}: batch {batch} runs op by op (no graph); pass your own inputs")
         return graph.static_inputs()
 
     def state(self) -> dict[str, torch.Tensor]:
@@ -350,7 +355,7 @@ class GraphPerSize:
             if size in self._graphs:
                 return self._graphs[size]
             if len(self._graphs) >= self.max_graphs:
-                graph = _Unchecked(self._model)
+                graph = _OpByOp(self._model)
             else:
                 if self._pool is None:
                     self._pool = torch.cuda.graph_pool_handle()
@@ -363,9 +368,10 @@ class GraphPerSize:
         return f"<Model {self.name} {self.variant} on {self.device}, a CUDA graph per batch size>"
 
 
-class _Unchecked:
-    """A model run op by op on inputs already checked (GraphPerSize past its max_graphs);
-    inputs of other strides or alignment are copied into the layout it was built for."""
+class _OpByOp:
+    """A batch size past GraphPerSize's ``max_graphs``: run op by op, on inputs GraphPerSize
+    has checked already; inputs of other strides or alignment are copied into the layout it
+    was built for, as ``Model`` does."""
 
     def __init__(self, model):
         self._model = model

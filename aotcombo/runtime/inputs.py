@@ -1,11 +1,12 @@
-"""A package's inputs: their specs, the guards that check them, static buffers.
+"""A package's inputs: their specs, the per-call input check, static buffers.
 
 An ``InputSpec`` is a manifest ``Input`` with its dtype as a ``torch.dtype``; in a
 package with a dynamic batch the batch dim of a shape is ``BATCH``, and every such dim
 must hold the same size, inside the built range. ``check_inputs`` finds and names the
-first mismatch; ``make_guard`` returns the per-call check: one comparison of a list of
-per-input tuples with the expected one (and, with a dynamic batch, one range test),
-falling back to ``check_inputs`` for the message.
+first mismatch; ``make_input_check`` returns the per-call input check: one comparison of a
+list of per-input tuples with the expected one (and, with a dynamic batch, one range test),
+falling back to ``check_inputs`` for the message. (A *guard*, in this runtime, is something
+else: what says whether a captured graph may replay on a call's inputs; bound.py.)
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def at_batch(dims: tuple, batch: int | None) -> tuple[int, ...]:
 def _evaluate(text: str, batch: int) -> int:
     if not _EXPRESSION.fullmatch(text):
         raise ValueError(f"cannot evaluate the size {text!r}: the package is damaged or was not built by this aotcombo")
-    return int(eval(text, {"__builtins__": {}}, {BATCH: batch}))  # noqa: S307 - digits, + * ( ) and batch only
+    return int(eval(text, {"__builtins__": {}}, {BATCH: batch}))  # digits, + * ( ) and batch only
 
 
 def check_inputs(specs: list[InputSpec], inputs: tuple, device: torch.device | None = None,
@@ -118,29 +119,28 @@ def same_layout(shape, got: tuple, expected: tuple) -> bool:
     return got == expected or all(g == e for n, g, e in zip(shape, got, expected) if n != 1) or 0 in shape
 
 
-def make_guard(specs: list[InputSpec], device: torch.device, batch_range: tuple[int, int] | None = None,
-               exact_layout: bool = True):
-    """``guard(inputs) -> exact``: check_inputs(specs, inputs, device, batch_range, exact_layout),
+def make_input_check(specs: list[InputSpec], device: torch.device, batch_range: tuple[int, int] | None = None,
+                     exact_layout: bool = True):
+    """``input_check(inputs) -> exact``: check_inputs(specs, inputs, device, batch_range, exact_layout),
     cheap when they match exactly."""
     if any(s.batched for s in specs):
-        return _dynamic_guard(specs, device, batch_range, exact_layout)
+        return _dynamic_input_check(specs, device, batch_range, exact_layout)
     expected = [(s.dtype, s.shape, s.stride, _index(device), 0) for s in specs]
     masks, n = [s.align - 1 for s in specs], len(specs)
 
-    def guard(inputs: tuple) -> bool:
+    def input_check(inputs: tuple) -> bool:
         try:
-            if len(inputs) == n and [(t.dtype, t.shape, t.stride(), t.get_device(), t.data_ptr() & mask)
-                                     for t, mask in zip(inputs, masks)] == expected:
-                return True
+            exact = len(inputs) == n and [(t.dtype, t.shape, t.stride(), t.get_device(), t.data_ptr() & mask)
+                                          for t, mask in zip(inputs, masks)] == expected
         except Exception:  # noqa: BLE001 (not a tensor, or a strideless one: check_inputs names it)
-            pass
-        return check_inputs(specs, inputs, device, exact_layout=exact_layout)
+            exact = False
+        return exact or check_inputs(specs, inputs, device, exact_layout=exact_layout)
 
-    return guard
+    return input_check
 
 
-def _dynamic_guard(specs: list[InputSpec], device: torch.device, batch_range, exact_layout: bool):
-    """The guard of a package with a dynamic batch: the expected (dtype, shape, strides,
+def _dynamic_input_check(specs: list[InputSpec], device: torch.device, batch_range, exact_layout: bool):
+    """The input check of a package with a dynamic batch: the expected (dtype, shape, strides,
     device, alignment) of every input at the batch size of the first batched one, made once
     per size seen."""
     low, high = batch_range or (1, 1 << 62)
@@ -155,18 +155,17 @@ def _dynamic_guard(specs: list[InputSpec], device: torch.device, batch_range, ex
             expected[size] = [(s.dtype, s.shape_at(size), s.stride_at(size), _index(device), 0) for s in specs]
         return expected[size]
 
-    def guard(inputs: tuple) -> bool:
+    def input_check(inputs: tuple) -> bool:
         try:
             size = inputs[first].shape[dim]
-            if low <= size <= high and len(inputs) == n and [
-                    (t.dtype, t.shape, t.stride(), t.get_device(), t.data_ptr() & mask)
-                    for t, mask in zip(inputs, masks)] == expected_at(size):
-                return True
+            exact = low <= size <= high and len(inputs) == n and [
+                (t.dtype, t.shape, t.stride(), t.get_device(), t.data_ptr() & mask)
+                for t, mask in zip(inputs, masks)] == expected_at(size)
         except Exception:  # noqa: BLE001 (check_inputs names it)
-            pass
-        return check_inputs(specs, inputs, device, batch_range, exact_layout)
+            exact = False
+        return exact or check_inputs(specs, inputs, device, batch_range, exact_layout)
 
-    return guard
+    return input_check
 
 
 _MISSING = object()

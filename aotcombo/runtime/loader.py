@@ -5,7 +5,7 @@ device, then returns a ``Model`` (op by op) or a graph-mode model around them (g
 or for a package of several batch sizes a ``BucketedModel`` (buckets.py).
 
 Streams: a Model keeps, per stream it has run on, its kernels' launchers bound to that
-stream (``cuda.Kernel.bind``); a call reads torch's current raw stream once and hands the
+stream (``cuda.LoadedKernel.bind``); a call reads torch's current raw stream once and hands the
 program that list: one dict look-up per call, nothing per launch, no state shared by
 threads on their own streams. Contexts: a call checks cuCtxGetCurrent once; on a thread
 where another context (or none) is current, it makes the device's primary context
@@ -25,8 +25,8 @@ import torch
 from . import cuda
 from .buckets import BucketedModel
 from .graphs import GraphModel, GraphPerSize
-from .inputs import InputSpec, allocate, bind, make_guard
-from .manifest import PLACED, Buckets, Dynamic, Kernel, Manifest, ManifestError
+from .inputs import InputSpec, allocate, bind, make_input_check
+from .manifest import PLACED, Buckets, ComboKernel, Dynamic, Manifest, ManifestError
 from .state import State, weights_for_load
 
 MAX_STREAMS = 64  # bound launchers kept per model: past that (a stream per call), they are dropped
@@ -110,8 +110,8 @@ class _Device(NamedTuple):
 class Model:
     """A package loaded on one device, run op by op: ``model(*inputs)`` returns the outputs.
 
-    ``guard(inputs)`` checks inputs against ``specs`` (None with ``check_inputs=False``) and says
-    whether they have the built strides and alignment (inputs that do not are copied into it);
+    ``input_check(inputs)`` checks inputs against ``specs`` (None with ``check_inputs=False``)
+    and says whether they have the built strides and alignment (others are copied into it);
     ``run(inputs)`` runs the forward on inputs known to be right. ``weights``: the program's,
     in its order; ``state``: the buffers among them that forward updates (state.py)."""
 
@@ -119,18 +119,17 @@ class Model:
         self.name, self.variant, self.device, self.weights = loaded.name, loaded.variant, loaded.device, weights
         self.specs, self.batch_range, self.state_buffers = loaded.specs, loaded.batch_range, state
         self.mutated = tuple(i for i, s in enumerate(self.specs) if s.mutated)
-        self.guard = make_guard(self.specs, self.device, self.batch_range, exact_layout=False) if check_inputs else None
-        # the device's primary context; the kernels as loaded (cuda.Kernel, or GridPerCall)
+        self.input_check = (make_input_check(self.specs, self.device, self.batch_range, exact_layout=False)
+                            if check_inputs else None)
+        # the device's primary context; the kernels as loaded (cuda.LoadedKernel, or GridPerCall)
         self.context, self.kernels, self._forward = loaded.context, loaded.kernels, loaded.forward
         self._index, self._bound, self._static = self.device.index, {}, None
         self.names = [s.name for s in self.specs]
-        # whether run(inputs, out) writes outputs into the caller's tensors (not in packages built before it could)
-        self.places_outputs = PLACED in getattr(getattr(self._forward, "__code__", None), "co_varnames", ())
 
     def __call__(self, *inputs, **named):
         if named:
             inputs = bind(self.names, inputs, named)
-        if self.guard is not None and not self.guard(inputs):
+        if self.input_check is not None and not self.input_check(inputs):
             return self.run_staged(inputs)
         return self.run(inputs)
 
@@ -147,9 +146,9 @@ class Model:
         return outputs
 
     def run(self, inputs: tuple, out: list | None = None):
-        """The forward on ``inputs``, unchecked, queued on torch's current stream. ``out`` (where
-        ``places_outputs``): a tensor per output, laid out as the forward's own; the outputs the
-        program allocates itself are written there (the others are returned as usual)."""
+        """The forward on ``inputs``, unchecked, queued on torch's current stream. ``out``: a
+        tensor per output, laid out as the forward's own; the outputs the program allocates
+        itself are written there (the others are returned as usual)."""
         stream = cuda.current_stream(self._index)
         kernels = self._bound.get(stream)
         if kernels is None:
@@ -238,7 +237,7 @@ class Package:
         if the capture fails; with a dynamic batch, a graph per batch size, captured at its
         first call). ``copy_outputs=False`` (graph mode): return the graph's own output
         tensors, valid until the next call. ``check_inputs=False``: skip the per-call input
-        guards. A package built for several batch sizes returns a ``BucketedModel``, which
+        check. A package built for several batch sizes returns a ``BucketedModel``, which
         loads each bucket at its first call. ``weights``: tensors by the model's names (its
         ``state_dict()``) to use instead of the packaged ones; a package built with ``--weights
         external`` needs them (the caller's tensors on ``device`` are used as they are, others
@@ -318,7 +317,7 @@ class Package:
         return Loaded(name, dev.variant, dev.device, dev.context, program.forward, kernels,
                       [InputSpec.of(i) for i in shape.inputs], batch_range)
 
-    def _kernel(self, k: Kernel, dev: _Device):
+    def _kernel(self, k: ComboKernel, dev: _Device):
         """A kernel of the variant, its image loaded once per device into the current context."""
         if k.image not in dev.modules:
             path = os.path.join(self.dir, k.image)
@@ -331,7 +330,7 @@ class Package:
                 dev.modules[k.image] = cuda.load_module(image)
             except (OSError, cuda.CudaError) as e:
                 raise cuda.CudaError(f"{path}: {e}") from None
-        kernel = cuda.Kernel(cuda.get_function(dev.modules[k.image], k.function), k.grid, k.num_warps, k.shared,
+        kernel = cuda.LoadedKernel(cuda.get_function(dev.modules[k.image], k.function), k.grid, k.num_warps, k.shared,
                              k.params, k.global_scratch, k.profile_scratch, dev.device, pdl=k.pdl)
         return GridPerCall(kernel) if k.dynamic_grid else kernel
 
@@ -344,7 +343,7 @@ class GridPerCall:
     any, is sized for the largest grid, which the manifest gives.
     """
 
-    def __init__(self, kernel: cuda.Kernel):
+    def __init__(self, kernel: cuda.LoadedKernel):
         self.kernel = kernel
 
     def bind(self, stream: int):

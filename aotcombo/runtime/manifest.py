@@ -7,13 +7,17 @@ ways in and out; a manifest of another format, or one that does not fit these cl
 is a ``ManifestError`` naming what is wrong.
 
 A package holds one ``Specialization`` per input shape it was built for: one for static
-shapes and for a dynamic batch, one per bucket for ``--batch``. Each holds a ``Variant``
+shapes and for a dynamic batch, one per bucket for ``--batch``. Each holds an ``ArchVariant``
 per cubin arch (``"sm_90"``) and one for the PTX (``"ptx"``): the program module to run,
 its kernels with their fixed launch configs, and the order of launches.
 
 Shape modes (``shapes``): ``Static()``, ``Buckets(sizes, pad)`` or ``Dynamic(min, max)``;
 ``batched_inputs`` and ``batched_outputs`` say which flat inputs and outputs carry the
 batch as dim 0. In an input's shape, a dynamic batch dim is the string ``BATCH``.
+
+A field with a default may be absent from the JSON: ``aotcombo inspect`` reads format-2
+manifests written by earlier versions, before such a field existed (a package's own runtime
+only ever reads the manifest its own build wrote). Every other field is required.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ import json
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Union
 
 FORMAT = 2
 BATCH = "batch"  # a dynamic batch dim in a shape
@@ -71,7 +74,7 @@ class Dynamic:
         return ()
 
 
-ShapeMode = Union[Static, Buckets, Dynamic]
+ShapeMode = Static | Buckets | Dynamic
 SHAPE_MODES = {"static": Static, "buckets": Buckets, "dynamic": Dynamic}
 
 
@@ -84,8 +87,8 @@ class Input:
 
     name: str
     dtype: str  # torch dtype name: "float32", "bfloat16", ...
-    shape: tuple[Union[int, str], ...]
-    stride: tuple[Union[int, str], ...]
+    shape: tuple[int | str, ...]
+    stride: tuple[int | str, ...]
     align: int = 16  # bytes the data pointer must be a multiple of
     mutated: bool = False  # the model updates it in place
     # Only the package's kernels touch it (no torch op, no output is it or a view of it):
@@ -107,8 +110,10 @@ class SubKernel:
 
 
 @dataclass(frozen=True)
-class Kernel:
-    """A combo kernel: its image, symbol, fixed launch config and parameter kinds."""
+class ComboKernel:
+    """A combo kernel as the package lists it (every compiled kernel is one, of one or more
+    sub-kernels): its image, symbol, fixed launch config and parameter kinds. Loaded, it is a
+    ``cuda.LoadedKernel``."""
 
     name: str
     function: str
@@ -124,9 +129,9 @@ class Kernel:
     dispatch: str
     level: int
     subs: tuple[SubKernel, ...]
-    registers: Union[int, None] = None
-    local_bytes: Union[int, None] = None
-    stack_bytes: Union[int, None] = None
+    registers: int | None = None
+    local_bytes: int | None = None
+    stack_bytes: int | None = None
     pdl: bool = False  # launched with programmatic stream serialization: it waits for the kernel before it
 
 
@@ -155,12 +160,12 @@ class Stats:
 
 
 @dataclass(frozen=True)
-class Variant:
+class ArchVariant:
     """What runs on one arch: a program module, its kernels (``kernels[i]`` in the
     program), and its launches in order."""
 
     program: str
-    kernels: tuple[Kernel, ...]
+    kernels: tuple[ComboKernel, ...]
     schedule: tuple[Step, ...]
     stats: Stats
 
@@ -169,14 +174,15 @@ class Variant:
 class Specialization:
     """One input shape: its inputs and its variants by key (``"sm_90"``, ``"ptx"``)."""
 
-    batch: Union[int, None]  # the bucket's size; None without buckets
+    batch: int | None  # the bucket's size; None without buckets
     inputs: tuple[Input, ...]
-    variants: dict[str, Variant]
+    variants: dict[str, ArchVariant]
 
 
 @dataclass(frozen=True)
-class Tensor:
-    """A weight: the model's name for it (``layers.0.attn.q_proj.weight``), dtype and shape."""
+class Weight:
+    """One of the model's tensors the program reads (a parameter or buffer; ``Weights.tensors``
+    lists them): the model's name for it (``layers.0.attn.q_proj.weight``), dtype and shape."""
 
     name: str
     dtype: str
@@ -186,7 +192,7 @@ class Tensor:
     # combined into one matmul), and their rows: load(weights=...) gives those, not it.
     parts: tuple[str, ...] = ()
     part_rows: tuple[int, ...] = ()
-    same_as: Union[str, None] = None  # an earlier name of the same tensor (tied weights): stored and loaded once
+    same_as: str | None = None  # an earlier name of the same tensor (tied weights): stored and loaded once
 
 
 ITEMSIZE = {  # bytes per element of each dtype a manifest may name
@@ -198,7 +204,7 @@ ITEMSIZE = {  # bytes per element of each dtype a manifest may name
 @dataclass(frozen=True)
 class Weights:
     file: str | None  # torch.save of the packaged (not external) tensors, a list in program order
-    tensors: tuple[Tensor, ...]  # by the model's names (its state_dict's), in program order
+    tensors: tuple[Weight, ...]  # by the model's names (its state_dict's), in program order
     file_bytes: int
     sha256: str  # of the file's bytes
     # The buffers forward updates in place (a KV cache): each load() holds its own copies.
@@ -243,7 +249,7 @@ class Manifest:
         between releases, which ``torch`` bounds."""
         return tuple(op for op in self.extern_ops if op.partition("::")[2].startswith("_"))
 
-    def specialization(self, batch: Union[int, None] = None) -> Specialization:
+    def specialization(self, batch: int | None = None) -> Specialization:
         """The specialization of bucket ``batch``; without buckets, the only one."""
         if batch is None:
             return self.specializations[-1]
@@ -261,7 +267,7 @@ class Manifest:
         return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True) + "\n"
 
     @classmethod
-    def from_json(cls, text: Union[str, bytes]) -> Manifest:
+    def from_json(cls, text: str | bytes) -> Manifest:
         try:
             data = json.loads(text)
         except ValueError as e:
@@ -284,12 +290,12 @@ def _decode(kind, value, where: str):
         fields = {f.name: f for f in dataclasses.fields(kind)}
         unknown = set(value) - set(fields)
         if unknown:
-            raise ManifestError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+            raise ManifestError(f"{where}: unknown field {min(unknown)!r}")
         try:
             return kind(**{k: _decode(hints[k], v, f"{where}.{k}") for k, v in value.items() if fields[k].init})
         except TypeError as e:  # a required field is missing
             raise ManifestError(f"{where}: {e}") from None
-    if origin in (Union, types.UnionType):
+    if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
         modes = [a for a in args if dataclasses.is_dataclass(a) and "mode" in _hints(a)]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+
 def attention(query, key, value, *, layout: str, attn_mask=None, is_causal: bool = False,
               scale: float | None = None, enable_gqa: bool = False) -> tuple[torch.Tensor]:
     """``F.scaled_dot_product_attention``, its output in ``layout``; a 1-tuple, as the
@@ -35,7 +36,7 @@ def attention(query, key, value, *, layout: str, attn_mask=None, is_causal: bool
 
 def in_layout(out: torch.Tensor, layout: str) -> torch.Tensor:
     """``out`` with the strides ``layout`` names, copied only when it has others."""
-    b, h, m, k = out.shape
+    _, h, m, k = out.shape
     return in_strides(out, (m * h * k, k, h * k, 1) if layout == "bmhk" else (h * m * k, m * k, k, 1))
 
 

@@ -18,7 +18,8 @@ import sys
 
 import torch
 
-_foreach_copy = getattr(torch, "_foreach_copy_", None)
+from .torch_private import foreach_copy, storage_handle, storage_use_count
+
 FOREACH_FROM = 8  # copy this many tensors or more with one _foreach_copy_, fewer one by one (memcpys)
 # Bytes each output's offset in its slot's allocation is a multiple of: torch's allocator aligns
 # a buffer so. Kernels write outputs packed closer slower: on an H100 adam_step's bound graph
@@ -76,8 +77,8 @@ def _build(spec, leaves):
 
 def copy_into(targets, sources) -> None:
     """``target.copy_(source)`` for each pair, in one foreach call when there are many."""
-    if _foreach_copy is not None and len(targets) >= FOREACH_FROM:
-        _foreach_copy(list(targets), list(sources))
+    if foreach_copy is not None and len(targets) >= FOREACH_FROM:
+        foreach_copy(list(targets), list(sources))
     else:
         for target, source in zip(targets, sources, strict=True):
             target.copy_(source)
@@ -97,7 +98,7 @@ class OutputSlots:
             self.layout.append((t.dtype, tuple(t.shape), stride, offset))
             self.totals[t.dtype] = offset + span
         self.device, self.sources = sources[0].device if sources else None, list(sources)
-        self._use_count = getattr(torch._C, "_storage_Use_Count", None)  # None: slots are never reused
+        self._use_count = storage_use_count  # None: slots are never reused
         self.keep = keep if self._use_count is not None else 0
         self.slots: list[list] = []  # each slot's tensors
         self._held: list[tuple] = []  # each slot's (flat storages, reference counts, use counts) when free
@@ -121,7 +122,7 @@ class OutputSlots:
         """A set of output tensors of its own (not a slot), and its flat storages' handles."""
         flat = {dtype: torch.empty(total, dtype=dtype, device=self.device) for dtype, total in self.totals.items()}
         tensors = [flat[dtype].as_strided(shape, stride, offset) for dtype, shape, stride, offset in self.layout]
-        return tensors, [f.untyped_storage()._cdata for f in flat.values()]
+        return tensors, [storage_handle(f) for f in flat.values()]
 
     def __call__(self) -> list:
         """The sources' values in a free slot, or in a new set when the caller holds every slot."""

@@ -11,7 +11,7 @@ shares another model's (a prefill and a decode package over one cache).
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 
