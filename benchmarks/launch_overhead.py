@@ -34,7 +34,7 @@ launch costs less host time than the kernel takes on the GPU. Device us per laun
 next to it: the GPU's own time per launch back to back (queued while it slept, timed by
 events).
 
-Guards: make_guard (the per-call check) and check_inputs (the one that names a mismatch),
+Guards: make_input_check (the per-call check) and check_inputs (the one that names a mismatch),
 for 1 input and for 256. Calls: each sample package installed (on PYTHONPATH), per load
 mode: host us per call (batches of --calls-per-sample calls) and device us per call; the
 op-by-op modes with the C launcher, and with ctypes (``_ctypes``).
@@ -196,7 +196,7 @@ def launchers(rt, compiled, tensors, stream: int, side_stream: int, loop_lib) ->
     md = compiled.metadata
     cuda = rt.cuda
     function = cuda.get_function(cuda.load_module(compiled.asm["cubin"]), md.name)
-    kernel = cuda.Kernel(function, (1, 1, 1), md.num_warps, md.shared, ["ptr"] * len(tensors),
+    kernel = cuda.LoadedKernel(function, (1, 1, 1), md.num_warps, md.shared, ["ptr"] * len(tensors),
                          _scratch(md, "global"), _scratch(md, "profile"), "cuda")
     cases = {}
     native = getattr(cuda, "_launch", None)
@@ -304,7 +304,7 @@ def bench_guards(rt, samples) -> dict:
     for count, shape, dtype in ((1, (4, 256, 768), torch.bfloat16), (256, (1000,), torch.float32)):
         tensors = tuple(torch.empty(shape, dtype=dtype, device=device) for _ in range(count))
         specs = [rt.InputSpec(f"x{i}", dtype, tuple(shape), t.stride(), 16, False) for i, t in enumerate(tensors)]
-        guard = rt.make_guard(specs, device)
+        guard = rt.make_input_check(specs, device)
         per_sample = max(10, 20000 // count)
         results[str(count)] = {
             "make_guard_us": host_us(guard, (tensors,), per_sample, samples),
@@ -383,7 +383,7 @@ def report(result: dict) -> None:
         print("  launch correct: " + ", ".join(f"{k[:-8]} {v}" for k, v in row.items() if k.endswith("_correct")))
     print("\nguards (us per call)")
     for count, r in result["guards"].items():
-        print(f"  {count:>4s} inputs: make_guard {r['make_guard_us']:8.2f}   check_inputs {r['check_inputs_us']:8.2f}")
+        print(f"  {count:>4s} inputs: make_input_check {r['make_guard_us']:8.2f}   check_inputs {r['check_inputs_us']:8.2f}")
     if result.get("calls"):
         print("\nwhole calls (us per call: host / device)")
         for name, row in result["calls"].items():

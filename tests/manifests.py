@@ -1,7 +1,7 @@
 """Small manifests and input specs for runtime tests, made through the manifest's own classes."""
 
 from aotcombo.runtime.inputs import InputSpec
-from aotcombo.runtime.manifest import Input, Kernel, Manifest, Specialization, Static, Stats, Variant, Weights
+from aotcombo.runtime.manifest import Input, ComboKernel, Manifest, Specialization, Static, Stats, ArchVariant, Weights
 
 
 def inputs(*dicts) -> tuple[Input, ...]:
@@ -13,13 +13,13 @@ def specs(*dicts) -> list[InputSpec]:
     return [InputSpec.of(i) for i in inputs(*dicts)]
 
 
-def variant(program: str = "program", kernels=()) -> Variant:
-    return Variant(program, tuple(kernels), (), Stats(len(kernels), len(kernels), 0))
+def variant(program: str = "program", kernels=()) -> ArchVariant:
+    return ArchVariant(program, tuple(kernels), (), Stats(len(kernels), len(kernels), 0))
 
 
 def kernel(name: str, image: str, function: str, grid=(1, 1, 1), num_warps: int = 4, shared: int = 0,
-           params=("ptr",), global_scratch=(0, 1), profile_scratch=(0, 1), sha256: str = "") -> Kernel:
-    return Kernel(name=name, function=function, image=image, sha256=sha256, grid=tuple(grid), dynamic_grid=False,
+           params=("ptr",), global_scratch=(0, 1), profile_scratch=(0, 1), sha256: str = "") -> ComboKernel:
+    return ComboKernel(name=name, function=function, image=image, sha256=sha256, grid=tuple(grid), dynamic_grid=False,
                   num_warps=num_warps, shared=shared, params=tuple(params), global_scratch=tuple(global_scratch),
                   profile_scratch=tuple(profile_scratch), dispatch="sequential", level=0, subs=())
 

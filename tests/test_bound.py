@@ -7,8 +7,8 @@ The GPU half is tests/test_gpu_call_path.py."""
 import pytest
 import torch
 
-from aotcombo.runtime import shim
-from aotcombo.runtime.bound import MAX_GRAPHS, BoundGraphs, PointerSets, input_guard
+from aotcombo.runtime import torch_private
+from aotcombo.runtime.bound import MAX_GRAPHS, BoundGraphs, PointerSets, bound_guard
 from aotcombo.runtime.outputs import OutputSlots
 
 
@@ -18,14 +18,14 @@ def guard_kind(request, monkeypatch):
     if request.param == "C guard":
         from native_support import compiled
 
-        monkeypatch.setattr(shim, "_guard", compiled("_guard"))
+        monkeypatch.setattr(torch_private, "_guard", compiled("_guard"))
     else:
-        monkeypatch.setattr(shim, "_guard", None)
+        monkeypatch.setattr(torch_private, "_guard", None)
     return request.param
 
 
 def test_the_guard_is_the_one_asked_for(guard_kind):
-    guard = input_guard((torch.zeros(4), torch.zeros(4)))
+    guard = bound_guard((torch.zeros(4), torch.zeros(4)))
     assert isinstance(guard, PointerSets) == (guard_kind == "TensorGuards")
 
 
@@ -77,7 +77,7 @@ def _bound(mutates=False, places=False, fixed=False):
         captured.append(_FixedGraph(fn, runs) if fixed else _Graph(fn))
         return captured[-1]
 
-    bound = BoundGraphs(run, static, [16, 16], slots, capture, input_guard(static), places)
+    bound = BoundGraphs(run, static, [16, 16], slots, capture, bound_guard(static), places)
     return bound, static, captured, runs
 
 
@@ -227,7 +227,7 @@ def test_static_outputs_are_the_one_slot_of_copy_outputs_false():
     static = (torch.zeros(4), torch.zeros(4))
     captured = []
     bound = BoundGraphs(run, static, [16, 16], StaticOutputs(static_out),
-                        lambda fn: captured.append(_Graph(fn)) or captured[-1], input_guard(static), True)
+                        lambda fn: captured.append(_Graph(fn)) or captured[-1], bound_guard(static), True)
     pairs = [(torch.randn(4), torch.randn(4)) for _ in range(2)]
     for pair in pairs:
         assert bound.replay(pair) is None  # first sight: the main graph's path

@@ -14,7 +14,7 @@ from torch import nn
 from aotcombo.tools import interpret
 from aotcombo.errors import UsageError
 from aotcombo.builder.pipeline import build_package
-from aotcombo.runtime.inputs import check_inputs, make_guard
+from aotcombo.runtime.inputs import check_inputs, make_input_check
 from aotcombo.runtime.manifest import Buckets, Dynamic
 
 import manifests
@@ -86,7 +86,7 @@ def _specs():
 
 def test_dynamic_guard_checks_shape_range_and_agreement():
     specs, device = _specs(), torch.device("cpu")
-    guard = make_guard(specs, device, (1, 8))
+    guard = make_input_check(specs, device, (1, 8))
     guard((torch.randn(3, 5, 24), torch.randn(3), torch.randn(24)))
     guard((torch.randn(8, 5, 24), torch.randn(8), torch.randn(24)))
     with pytest.raises(ValueError, match=r"batch size 9 is outside the range 1\.\.8 .* --dynamic batch=1:9"):

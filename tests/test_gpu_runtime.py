@@ -130,7 +130,7 @@ def test_guards_off():
     package = import_package("transformer_block")
     for mode in ("graph_unchecked", "op_by_op_unchecked"):
         loaded = package.load("cuda", **MODES[mode])
-        assert loaded.guard is None
+        assert loaded.input_check is None
 
 
 # --- graph mode: which outputs the caller may keep ---------------------------------------

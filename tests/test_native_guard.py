@@ -1,4 +1,4 @@
-"""The C guard of bound graphs (aotcombo/runtime/_guard.c, through runtime/shim.py) without a
+"""The C guard of bound graphs (aotcombo/runtime/_guard.c, through runtime/torch_private.py) without a
 GPU: what it accepts and refuses, the pointer sets it remembers, and when the runtime does
 not trust it. Its use by bound graphs is in test_bound.py (run with it and without)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from aotcombo.runtime import shim
+from aotcombo.runtime import torch_private
 
 
 @pytest.fixture
@@ -15,7 +15,7 @@ def ext(monkeypatch):
     from native_support import compiled
 
     module = compiled("_guard")
-    monkeypatch.setattr(shim, "_guard", module)
+    monkeypatch.setattr(torch_private, "_guard", module)
     return module
 
 
@@ -29,7 +29,7 @@ def _like(templates):
 
 def test_accepts_the_built_layout_and_remembers_pointer_sets(ext):
     templates = _templates()
-    guard = shim.native_guard(templates, capacity=2)
+    guard = torch_private.native_guard(templates, capacity=2)
     first, second = _like(templates), _like(templates)
     assert guard(first) == -1 and guard.pointers() == tuple(t.data_ptr() for t in first)
     assert guard.remember() == 0 and guard(first) == 0
@@ -45,7 +45,7 @@ def test_accepts_the_built_layout_and_remembers_pointer_sets(ext):
 
 def test_accepts_parameters_inference_tensors_and_strides_that_address_alike(ext):
     templates = _templates()
-    guard = shim.native_guard(templates, capacity=4)
+    guard = torch_private.native_guard(templates, capacity=4)
     a, b, c = _like(templates)
     assert guard((torch.nn.Parameter(a), b, c)) == -1
     with torch.inference_mode():
@@ -53,7 +53,7 @@ def test_accepts_parameters_inference_tensors_and_strides_that_address_alike(ext
     assert guard(made_here) == -1
     size_one = torch.randn(2, 5, 1).to(torch.int64).transpose(1, 2)  # [2, 1, 5]: the size-1 dim's stride differs
     assert size_one.stride() != c.stride() and guard((a, b, size_one)) == -1
-    empty = shim.native_guard((torch.zeros(0, 3),), capacity=1)
+    empty = torch_private.native_guard((torch.zeros(0, 3),), capacity=1)
     assert empty((torch.zeros(3, 0).t(),)) == -1  # no element: any strides
 
 
@@ -78,7 +78,7 @@ def _refused(a, b, c):
 @pytest.mark.parametrize("case", range(12))
 def test_refuses(ext, case):
     templates = _templates()
-    guard = shim.native_guard(templates, capacity=2)
+    guard = torch_private.native_guard(templates, capacity=2)
     name, inputs = list(_refused(*_like(templates)))[case]
     assert guard(inputs) == -2, name
 
@@ -87,7 +87,7 @@ def test_reads_the_addresses_torch_does(ext):
     """Views with a storage offset, and tensors whose storage was swapped in place."""
     base = torch.randn(64)
     x = base[8:12]
-    guard = shim.native_guard((torch.zeros(4),), capacity=1)
+    guard = torch_private.native_guard((torch.zeros(4),), capacity=1)
     assert guard((x,)) == -1 and guard.pointers() == (x.data_ptr(),)
     x.set_(torch.randn(4))
     assert guard((x,)) == -1 and guard.pointers() == (x.data_ptr(),)
@@ -96,16 +96,16 @@ def test_reads_the_addresses_torch_does(ext):
 
 
 def test_trusted_here_and_not_where_it_cannot_be(ext, monkeypatch):
-    assert shim.tensors_hold_their_impl() and shim.shim_functions() is not None
-    assert shim.native_guard((torch.zeros(2),), 1) is not None
-    assert shim.native_guard((torch.zeros(2, dtype=torch.complex64),), 1) is None  # conjugate views
-    monkeypatch.setattr(shim, "OFFSET", 3 * 8)  # another object layout: _cdata disagrees
-    assert not shim.tensors_hold_their_impl.__wrapped__()
-    monkeypatch.setattr(shim, "tensors_hold_their_impl", lambda: False)
-    assert shim.native_guard((torch.zeros(2),), 1) is None
+    assert torch_private.tensors_hold_their_impl() and torch_private.shim_functions() is not None
+    assert torch_private.native_guard((torch.zeros(2),), 1) is not None
+    assert torch_private.native_guard((torch.zeros(2, dtype=torch.complex64),), 1) is None  # conjugate views
+    monkeypatch.setattr(torch_private, "OFFSET", 3 * 8)  # another object layout: _cdata disagrees
+    assert not torch_private.tensors_hold_their_impl.__wrapped__()
+    monkeypatch.setattr(torch_private, "tensors_hold_their_impl", lambda: False)
+    assert torch_private.native_guard((torch.zeros(2),), 1) is None
     monkeypatch.undo()
-    monkeypatch.setattr(shim, "_guard", None)
-    assert shim.native_guard((torch.zeros(2),), 1) is None  # the pure wheel
+    monkeypatch.setattr(torch_private, "_guard", None)
+    assert torch_private.native_guard((torch.zeros(2),), 1) is None  # the pure wheel
 
 
 def test_refcounts(ext):

@@ -55,7 +55,7 @@ class FakeDriver:
 
 
 def _kernel(driver, n=3, params=None):
-    kernel = object.__new__(cuda.Kernel)  # no GPU: the fields bind() and the launchers read
+    kernel = object.__new__(cuda.LoadedKernel)  # no GPU: the fields bind() and the launchers read
     kernel.driver, kernel.function, kernel.grid, kernel.block, kernel.shared = driver, 0xF00D, (7, 2, 1), 128, 4096
     kernel.params, kernel.pdl = tuple(params or ["ptr"] * n), False
     return kernel

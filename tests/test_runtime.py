@@ -21,9 +21,9 @@ import torch
 from aotcombo.runtime import cuda, graphs, loader as package
 from aotcombo.runtime.graphs import GraphModel, StreamOrder, same_tensors
 from aotcombo.runtime.outputs import FOREACH_FROM, OutputSlots, copy_into, flatten, unflatten, unflattener
-from aotcombo.runtime.inputs import bind, check_inputs, make_guard
+from aotcombo.runtime.inputs import bind, check_inputs, make_input_check
 from aotcombo.runtime.loader import Loaded, Model, Package, check_options, choose_variant
-from aotcombo.runtime.manifest import Dynamic, Tensor
+from aotcombo.runtime.manifest import Dynamic, Weight
 from aotcombo.runtime.state import State
 
 import manifests
@@ -78,7 +78,7 @@ def test_choose_variant_message():
         choose_variant(_manifest([90], None), 80)
 
 
-# --- input guards: check_inputs (the message) and make_guard (the per-call check) ------
+# --- input guards: check_inputs (the message) and make_input_check (the per-call check) ------
 
 SPECS = manifests.specs(*[
     {"name": "x", "shape": [64, 256], "stride": [256, 1], "dtype": "bfloat16", "align": 16},
@@ -91,12 +91,12 @@ def _good():
     return torch.zeros(64, 256, dtype=torch.bfloat16), torch.zeros(4, dtype=torch.int64)
 
 
-@pytest.fixture(params=["check_inputs", "make_guard"])
+@pytest.fixture(params=["check_inputs", "make_input_check"])
 def guard(request):
     """Both guards: the detailed check and the fast per-call one, which must say the same."""
     if request.param == "check_inputs":
         return lambda inputs, device=CPU: check_inputs(SPECS, inputs, device)
-    return lambda inputs, device=CPU: make_guard(SPECS, device)(inputs)
+    return lambda inputs, device=CPU: make_input_check(SPECS, device)(inputs)
 
 
 def test_guards_pass(guard):
@@ -157,13 +157,13 @@ def test_guard_ignores_the_stride_of_a_dim_of_size_one():
     specs = manifests.specs({"name": "tokens", "shape": [1, 1], "stride": [1, 1], "dtype": "int64", "align": 16})
     last = torch.zeros(1, 64, dtype=torch.int64)[:, -1:].clone()  # 16-byte aligned, stride (1, 1)
     sliced = torch.zeros(1, 64, dtype=torch.int64)[:, :1]  # stride (64, 1): the same layout
-    for guard in (make_guard(specs, CPU), make_guard(specs, CPU, exact_layout=False)):
+    for guard in (make_input_check(specs, CPU), make_input_check(specs, CPU, exact_layout=False)):
         assert guard((last,)) is True and guard((sliced,)) is True
 
 
 def test_graph_mode_guard_takes_any_layout():
     x, n = _good()
-    lenient = make_guard(SPECS, CPU, exact_layout=False)
+    lenient = make_input_check(SPECS, CPU, exact_layout=False)
     assert lenient((x, n)) is True
     assert lenient((x.t().contiguous().t(), n)) is False  # copied in, not refused
     assert lenient((x, torch.zeros(5, dtype=torch.int64)[1:])) is False
@@ -189,7 +189,7 @@ def test_bind_keywords():
 def test_guard_fast_path(monkeypatch):
     from aotcombo.runtime import inputs
 
-    guard = make_guard(SPECS, CPU)
+    guard = make_input_check(SPECS, CPU)
     monkeypatch.setattr(inputs, "check_inputs", lambda *a: pytest.fail("matching inputs took the slow path"))
     guard(_good())
     guard([*_good()])
@@ -245,8 +245,8 @@ def test_load_modes(tmp_path, monkeypatch):
     p = Package(tmp_path)
     lazy = p.load()
     assert isinstance(lazy, GraphModel) and captures == []  # captured at its second call
-    assert lazy.copy_outputs is True and lazy.guard is not None
-    assert p.load(copy_outputs=False, check_inputs=False).guard is None
+    assert lazy.copy_outputs is True and lazy.input_check is not None
+    assert p.load(copy_outputs=False, check_inputs=False).input_check is None
     assert p.load(graphs=True) and len(captures) == 1  # graphs=True: captured at load
     model = p.load(graphs=False)
     assert isinstance(model, Model) and len(captures) == 1 and loads == [0]  # loaded once per device
@@ -371,7 +371,7 @@ def _graph_model(copy_outputs=True, guard=True, log=None, fail=False):
         return {"y": (inputs[0] * 2, None)}
 
     model = SimpleNamespace(name="m", variant="sm_90", device=CPU, weights=[], specs=specs, mutated=(), names=["x"],
-                            batch_range=None, guard=make_guard(specs, CPU, exact_layout=False) if guard else None,
+                            batch_range=None, input_check=make_input_check(specs, CPU, exact_layout=False) if guard else None,
                             kernels=[], state_buffers=None, run=run, context=1)
 
     def capturer(run, inputs, device, pool, state):
@@ -382,13 +382,13 @@ def _graph_model(copy_outputs=True, guard=True, log=None, fail=False):
 
     graph_model = GraphModel(model, copy_outputs, _NoOrder(), capturer=capturer)
     if log is not None:
-        checked = graph_model.guard
+        checked = graph_model.input_check
 
         def counting_guard(inputs):
             log.append("guard")
             return checked(inputs)
 
-        graph_model.guard = counting_guard
+        graph_model.input_check = counting_guard
     if fail:
         return graph_model, runs
     graph_model.capture()
@@ -500,7 +500,7 @@ def test_runtime_is_self_contained():
 
 @pytest.mark.skipif(_has_driver(), reason="a CUDA driver is installed here")
 def test_no_driver():
-    for attempt in (lambda: cuda.current_context(), lambda: cuda.Kernel(1, (1, 1, 1), 4, 0, ["ptr"])):
+    for attempt in (lambda: cuda.current_context(), lambda: cuda.LoadedKernel(1, (1, 1, 1), 4, 0, ["ptr"])):
         with pytest.raises(RuntimeError, match="cannot load the CUDA driver library libcuda.so.1"):
             attempt()
 
@@ -595,7 +595,7 @@ def fake(fake_libcuda, monkeypatch):
 
 def test_fake_launch_pointers(fake):
     fake.params(5)
-    kernel = cuda.Kernel(0x3007, (5, 2, 1), 4, 100, ["ptr", "ptr", "ptr"], (16, 128), (0, 1), "cpu")
+    kernel = cuda.LoadedKernel(0x3007, (5, 2, 1), 4, 100, ["ptr", "ptr", "ptr"], (16, 128), (0, 1), "cpu")
     launch = kernel.bind(0x77)
     tensors = [torch.empty(8) for _ in range(3)]
     launch(*tensors)
@@ -620,7 +620,7 @@ def test_old_driver_is_a_clear_error(fake_libcuda, monkeypatch):
 
 def test_fake_launch_scalars(fake):
     fake.params(4)
-    kernel = cuda.Kernel(0x3007, (1, 1, 1), 1, 0, ["ptr", "i32", "fp32", "i64"], device="cpu")
+    kernel = cuda.LoadedKernel(0x3007, (1, 1, 1), 1, 0, ["ptr", "i32", "fp32", "i64"], device="cpu")
     x = torch.empty(8)
     launch = kernel.bind(0x99)
     launch(x, -3, 1.5, -(2**40))
@@ -634,17 +634,17 @@ def test_fake_launch_scalars(fake):
 
 def test_fake_launch_error(fake):
     fake.set("result", 1)
-    launch = cuda.Kernel(0x3007, (1, 1, 1), 1, 0, ["ptr"], device="cpu").bind(0)
+    launch = cuda.LoadedKernel(0x3007, (1, 1, 1), 1, 0, ["ptr"], device="cpu").bind(0)
     with pytest.raises(cuda.CudaError, match="^cuLaunchKernelEx failed: CUDA_ERROR_INVALID_VALUE: fake error$"):
         launch(torch.empty(1))
     with pytest.raises(ValueError, match="unknown kernel parameter kind 'bf16'"):
-        cuda.Kernel(0x3007, (1, 1, 1), 1, 0, ["ptr", "bf16"], device="cpu")
+        cuda.LoadedKernel(0x3007, (1, 1, 1), 1, 0, ["ptr", "bf16"], device="cpu")
 
 
 def test_launcher_is_pluggable(fake, monkeypatch):
     seen = []
     monkeypatch.setattr(cuda, "launcher", lambda kernel, stream, scratch, keep: seen.append((stream, scratch)) or len)
-    assert cuda.Kernel(0x3007, (2, 1, 1), 1, 0, ["ptr"], (0, 1), (4, 64), "cpu").bind(5) is len
+    assert cuda.LoadedKernel(0x3007, (2, 1, 1), 1, 0, ["ptr"], (0, 1), (4, 64), "cpu").bind(5) is len
     assert seen[0][0] == 5 and seen[0][1][0] == 0 and seen[0][1][1] % 64 == 0
 
 
@@ -662,7 +662,7 @@ def _fake_model(check=False):
         kernels[0](x, weights[0])
         return cuda.current_context(), device
 
-    kernel = cuda.Kernel(0x3007, (1, 1, 1), 1, 0, ["ptr", "ptr"], device="cpu")
+    kernel = cuda.LoadedKernel(0x3007, (1, 1, 1), 1, 0, ["ptr", "ptr"], device="cpu")
     specs = manifests.specs({"name": "x", "shape": [2], "stride": [1], "dtype": "float32", "align": 16})
     loaded = Loaded("m", "sm_90", torch.device("cuda", 1), 0x1001, forward, [kernel], specs)
     return Model(loaded, [torch.ones(2)], State({}, {}), check)
@@ -727,7 +727,7 @@ def _arch():
 def _kernel(ck, image, grid, params):
     md = ck.metadata
     function = cuda.get_function(cuda.load_module(image), md.name)
-    return cuda.Kernel(function, grid, md.num_warps, md.shared, params,
+    return cuda.LoadedKernel(function, grid, md.num_warps, md.shared, params,
                        (md.global_scratch_size, md.global_scratch_align),
                        (md.profile_scratch_size, md.profile_scratch_align), "cuda")
 
@@ -772,8 +772,8 @@ def _write_package(root, name, variant):
     (pkg / "__init__.py").write_text("")
     (pkg / "program.py").write_text(
         "import torch\n\n"
-        "def forward(kernels, weights, device, x):\n"
-        "    out = torch.empty_like(x)\n"
+        "def forward(kernels, weights, device, x, aotcombo_out=None):\n"
+        "    out = torch.empty_like(x)  # no output placed: the manifest names none\n"
         "    kernels[0](x, weights[0], out, x.numel())\n"
         "    return out\n")
     image = ck.asm["ptx"].encode() if variant == "ptx" else ck.asm["cubin"]
@@ -790,7 +790,7 @@ def _write_package(root, name, variant):
                            ins=manifests.inputs({"name": "x", "shape": [64, 256], "stride": [256, 1],
                                                  "dtype": "float32"}),
                            variants={key: manifests.variant("program", [kernel])},
-                           tensors=[Tensor("w", "float32", (64, 256))],
+                           tensors=[Weight("w", "float32", (64, 256))],
                            weights_bytes=(pkg / "weights.pt").stat().st_size)
     (pkg / "manifest.json").write_text(m.to_json())
     return pkg, w

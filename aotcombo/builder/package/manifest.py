@@ -71,12 +71,12 @@ def stats(plan: Plan) -> m.Stats:
     return m.Stats(kernels=plan.kernel_launches, combos=len(plan.combos), extern_calls=plan.extern_calls)
 
 
-def _kernel(combo, binary, image: str, sha256: str) -> m.Kernel:
+def _kernel(combo, binary, image: str, sha256: str) -> m.ComboKernel:
     params = tuple("ptr" if t.startswith("*") else t for t in combo_signature(combo)[0].values())
     subs = tuple(m.SubKernel(kernel=s.kernel.name, heuristic=s.kernel.heuristic, numel=dict(s.kernel.numels),
                              block=dict(s.blocks.constexprs), programs=s.blocks.programs, axes=s.blocks.axes,
                              num_warps=s.blocks.num_warps) for s in combo.subs)
-    return m.Kernel(name=combo.name, function=binary.name, image=image, sha256=sha256, grid=(combo.grid, 1, 1),
+    return m.ComboKernel(name=combo.name, function=binary.name, image=image, sha256=sha256, grid=(combo.grid, 1, 1),
                     dynamic_grid=combo.dynamic, num_warps=binary.num_warps, shared=binary.shared, params=params,
                     global_scratch=binary.global_scratch, profile_scratch=binary.profile_scratch,
                     dispatch=combo.dispatch, level=combo.level, subs=subs, registers=binary.registers,
@@ -93,7 +93,7 @@ def _schedule(plan: Plan) -> tuple[m.Step, ...]:
     return tuple(steps)
 
 
-def _variant(v: VariantBuild, key: str, files: _Files, prefix: str) -> m.Variant:
+def _variant(v: VariantBuild, key: str, files: _Files, prefix: str) -> m.ArchVariant:
     kernels = []
     for combo in v.plan.combos:
         binary = v.binaries[combo.name]
@@ -105,7 +105,7 @@ def _variant(v: VariantBuild, key: str, files: _Files, prefix: str) -> m.Variant
             path = f"kernels/{key}/{prefix}{combo.name}.cubin"
             files.files[f"kernels/{key}/{prefix}{combo.name}.py"] = v.sources[combo.name].encode()
         kernels.append(_kernel(combo, binary, *files.image(path, data)))
-    return m.Variant(program=files.program(v.program), kernels=tuple(kernels), schedule=_schedule(v.plan),
+    return m.ArchVariant(program=files.program(v.program), kernels=tuple(kernels), schedule=_schedule(v.plan),
                      stats=stats(v.plan))
 
 
@@ -127,9 +127,9 @@ def _specialization(batch: int | None, variants: list[VariantBuild], files: _Fil
     return m.Specialization(batch=batch, inputs=_inputs(lowest.plan.graph, names), variants=entries)
 
 
-def _tensor(name: str, t, external: bool, rows: dict, same_as: str | None) -> m.Tensor:
+def _tensor(name: str, t, external: bool, rows: dict, same_as: str | None) -> m.Weight:
     parts = linears.parts(name) or ()
-    return m.Tensor(name, str(t.dtype).removeprefix("torch."), tuple(t.shape), external, tuple(parts),
+    return m.Weight(name, str(t.dtype).removeprefix("torch."), tuple(t.shape), external, tuple(parts),
                     tuple(rows[p] for p in parts), same_as)
 
 
