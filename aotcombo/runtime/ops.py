@@ -9,7 +9,7 @@ function makes the same call after doing what the private ops leave to their cal
 and lets torch choose the fused backend at run time, as eager does (on an H100 with torch
 2.11, cuDNN's attention for a bf16 decode step: 33 us against 118 us for the memory-efficient
 kernel the trace had named). Calls of a few query rows over many keys (a decode step) are
-kernels of the package instead (builder/decode_attention.py).
+kernels of the package instead (builder/kernels/attention/).
 
 The program's later kernels read the output through the strides the trace gave it, so the
 result is returned in exactly that layout: ``"bmhk"``, a (batch, queries, heads, dim)

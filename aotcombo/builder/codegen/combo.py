@@ -22,7 +22,7 @@ def helper_source(sub: SubKernel) -> str:
     return as_helper(sub.kernel.name, sub.kernel.source, _axis_counts(sub, lambda name: f"{name}numel"))
 
 
-def _cdiv(numel: str, block: int) -> str:
+def _cdiv_expr(numel: str, block: int) -> str:
     """ceil(numel / block) as an expression that is both Python and Triton."""
     return numel if block == 1 else f"(({numel} + {block - 1}) // {block})"
 
@@ -32,7 +32,7 @@ def _axis_counts(sub: SubKernel, numel_of) -> list[str]:
     dynamic batch ceil(numel / block), with ``numel_of(name)`` naming the numel ("x")."""
     counts = [str(n) for n in sub.blocks.axes]
     for axis, name, block in sub.blocks.dynamic_axes:
-        counts[axis] = _cdiv(numel_of(name), block)
+        counts[axis] = _cdiv_expr(numel_of(name), block)
     return counts
 
 

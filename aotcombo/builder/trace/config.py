@@ -59,7 +59,6 @@ def trace_config_changes() -> dict[str, dict | None]:
             out[name] = changed
     return out
 
-# --- the virtual GPU ------------------------------------------------------------
 
 # Properties of a representative part for each arch. Inductor reads the SM
 

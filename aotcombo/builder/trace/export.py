@@ -226,6 +226,3 @@ def _assignment_where(cls: type, key: str) -> str:
         if pattern.search(line):
             return f" at {filename.rsplit('/', 1)[-1]}:{first + offset} (`{line.strip()}`)"
     return ""
-
-
-# --- capture ------------------------------------------------------------------

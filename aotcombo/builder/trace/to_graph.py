@@ -16,8 +16,6 @@ from ..graph import ATTENTION
 from .capture import is_int_expr, launch_marker
 from .diagnosis import node_where, target_name
 
-# --- FX wrapper graph -> aotcombo graph ---------------------------------------------
-
 
 def _size(value) -> int | str:
     """A size of a traced tensor: an int, ``BATCH`` for the dynamic batch itself, or the
@@ -226,9 +224,6 @@ def graph_from_fx(gm, kernels, input_meta, arch) -> g.Graph:
         outputs=outputs,
         specs=tuple(specs.items()),
     )
-
-
-# --- entry point -------------------------------------------------------------------
 
 
 def output_structure(spec) -> tuple:
