@@ -235,9 +235,24 @@ def virtual_gpu(arch: int) -> Iterator[None]:
         drivers = triton.runtime.driver
         previous = drivers._active
         drivers.set_active(_VirtualTritonDriver(arch, props))
+        _forget_triton_probes()
         try:
             yield
         finally:
             drivers._active = previous
             DeviceProperties.create.cache_clear()
+            _forget_triton_probes()
+
+
+def _forget_triton_probes() -> None:
+    """torch caches what it finds out about Triton and the device (``torch.utils._triton``:
+    ``has_triton`` and the TMA checks). A library that asked before the build, with no GPU
+    here, left "no Triton" in those caches, and Inductor would then refuse to generate code
+    (torchao does, imported by transformers whenever it is installed); answers given inside
+    the virtual GPU must not outlive it either. Cleared on the way in and out."""
+    import torch.utils._triton as probes
+
+    for probe in vars(probes).values():
+        if callable(getattr(probe, "cache_clear", None)):
+            probe.cache_clear()
 
