@@ -2,7 +2,7 @@
 """aotcombo against eager and torch.compile, side by side, in one run on one GPU.
 
     PYTHONPATH=<site with the sample wheels>:. PYTHONUNBUFFERED=1 \\
-        python3 benchmarks/bench.py --out benchmarks/results
+        python3 benchmarks/bench.py --out out/bench
 
 For every sample model (sample_models/*.py, default shapes) and variant (eager;
 torch.compile default, combo_kernels, reduce-overhead; the installed aotcombo package
@@ -40,7 +40,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-for p in (str(HERE), str(ROOT / "tests"), str(ROOT)):
+for p in (str(HERE), str(ROOT)):  # bench_report beside this file; aotcombo.testing from this checkout
     if p not in sys.path:
         sys.path.insert(0, p)
 
@@ -116,7 +116,7 @@ def parse_args(argv=None):
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, from {', '.join(VARIANTS)}")
     ap.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu (smoke test: no do_bench, "
                                                     "no launch counts, no aotcombo)")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="output folder (default %(default)s)")
+    ap.add_argument("--out", default=str(ROOT / "out" / "bench"), help="output folder (default %(default)s)")
     ap.add_argument("--quick", action="store_true", help="few calls, few input sets, 1 cold-start run each: a smoke test")
     ap.add_argument("--skip-cold-start", action="store_true", help="no fresh-process measurements")
     ap.add_argument("--cold-start-models", default=",".join(COLD_START_DEFAULT),
@@ -214,8 +214,8 @@ def _nbytes(tensors) -> int:
 # ---------------------------------------------------------------------------------- one model
 
 class Bench:
-    def __init__(self, args, torch, timing, support):
-        self.args, self.torch, self.T, self.S = args, torch, timing, support
+    def __init__(self, args, torch, timing, support, compare):
+        self.args, self.torch, self.T, self.S, self.C = args, torch, timing, support, compare
         self.device = torch.device(args.device)
         self.cuda = self.device.type == "cuda"
         self.notes: list[str] = []
@@ -362,7 +362,7 @@ class Bench:
                 for i, ref in enumerate(ctx["refs"]):
                     out = check(ctx["sets"][i])
                     T.sync(dev)
-                    for err, t in self.S.compare(out, ref):
+                    for err, t in self.C.compare(out, ref):
                         tol = t if tol is None else min(tol, t)
                         if not err <= t:  # NaN fails too
                             r.update(status="FAILED", max_error=err, tolerance=t,
@@ -507,8 +507,7 @@ def main(argv=None) -> int:
     os.environ["TRITON_CACHE_DIR"] = os.path.join(inductor_tmp, "triton")
     import torch
 
-    import bench_timing
-    import gpu_support
+    from aotcombo.testing import compare, gpu, timing as bench_timing
 
     torch.set_grad_enabled(False)
     device = torch.device(args.device)
@@ -530,7 +529,7 @@ def main(argv=None) -> int:
         f"variants {args.variants}; estimated {est:.0f} s, budget {args.budget_s:.0f} s")
     if est > args.budget_s:
         log("estimate exceeds the budget: what does not fit is skipped and marked so (cold start last)")
-    bench = Bench(args, torch, bench_timing, gpu_support)
+    bench = Bench(args, torch, bench_timing, gpu, compare)
     out_md = None
     try:
         # ceilings
@@ -612,12 +611,12 @@ def general_notes(results: dict, args) -> list[str]:
     notes = []
     rot = [f"{n}: {m['rotation']}" for n, m in results["models"].items() if m.get("rotation")]
     if rot:
-        notes.append("Inputs: fresh random (tests/gpu_support.fresh_like: normal at the example's scale, uniform "
+        notes.append("Inputs: fresh random (aotcombo.testing.gpu.fresh_like: normal at the example's scale, uniform "
                      "for non-negative tensors; never zeros), drawn once per set; " + "; ".join(rot) +
                      ". Weights stay resident for every variant. 'aot graphs static' times one set held in "
                      "the model's static_inputs() (no rotation, no copy-in; copy_outputs=False where accepted).")
     notes.append("Correctness: each variant's outputs against eager on two of those input sets (relative L2 "
-                 "error, tests/gpu_support.compare: bf16/fp16 ≤ 1e-2, fp32 ≤ 1e-4) before it is timed; "
+                 "error, aotcombo.testing.compare.compare: bf16/fp16 ≤ 1e-2, fp32 ≤ 1e-4) before it is timed; "
                  "a failing variant is FAILED and not timed.")
     notes.append("torch.compile variants in this process start from an empty TORCHINDUCTOR_CACHE_DIR, so "
                  "'setup+1st call' is a cold compile (later variants of a model may reuse Triton kernels "

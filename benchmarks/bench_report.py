@@ -263,8 +263,8 @@ def _markdown(results: dict, drop: tuple = ()) -> str:
     lines.append("")
     lines += latency_table(results)
     lines.append("")
-    lines.append("¹ GPU kernels/fwd: `tests/gpu_support.gpu_kernel_launches` (torch profiler, CUDA kernel events of "
-                 "one warm call, memcpy/memset excluded). Host launch calls: cudaLaunchKernel*/cuLaunchKernel*/"
+    lines.append("¹ GPU kernels/fwd: `aotcombo.testing.gpu.gpu_kernel_launches` (torch profiler, CUDA kernel events "
+                 "of one warm call, memcpy/memset excluded). Host launch calls: cudaLaunchKernel*/cuLaunchKernel*/"
                  "cudaGraphLaunch events the profiler saw on the CPU side of that call (— = none seen).")
     lines.append("² CUDA-graph variant: kernels/fwd counts the kernels the profiler sees inside the graph replay "
                  "(CUPTI usually reports them individually); the host issues about one graph launch per call "

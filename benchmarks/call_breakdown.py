@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where the default call's time goes: the same package loaded several ways, one run.
 
-    PYTHONPATH=<site with the wheels>:.:tests python3 benchmarks/call_breakdown.py branches transformer_block
+    PYTHONPATH=<site with the wheels>:. python3 benchmarks/call_breakdown.py branches transformer_block
 
 Per model, synchronized wall clock per call (median of ``--calls``), all in this process:
 - ``default``: ``load("cuda")``, four input sets rotating (the kernels re-pointed each call);
@@ -20,12 +20,12 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # the other benchmarks; aotcombo.testing from this checkout
 
 import torch  # noqa: E402
 
+from aotcombo.testing.gpu import import_package  # noqa: E402
 from zoo_bench import measure, sample  # noqa: E402
-from gpu_support import import_package  # noqa: E402
 
 
 def breakdown(name: str, calls: int) -> dict:

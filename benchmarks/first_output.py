@@ -2,7 +2,7 @@
 """Time to first output, measured inside the process: from just after ``import torch`` to the
 first synchronized output, for the package and for eager alike.
 
-    PYTHONPATH=<site with the wheels>:.:tests python3 benchmarks/first_output.py \\
+    PYTHONPATH=<site with the wheels>:. python3 benchmarks/first_output.py \\
         transformer_block bert resnet50 --repeats 5 --out $OUT
 
 Each measurement is a fresh process. Before the clock starts, the child imports torch and
@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT)]  # zoo_bench; aotcombo.testing from this checkout
 
 CHILD = r"""
 import importlib, importlib.util, json, sys, time
@@ -42,8 +42,8 @@ torch_done = time.perf_counter()
 
 def model_file():
     if a["zoo"]:
-        import zoo_support
-        return zoo_support.model_file(a["model"])
+        from aotcombo.testing import zoo
+        return zoo.model_file(a["model"])
     spec = importlib.util.spec_from_file_location("first_output_model", a["file"])
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -67,9 +67,10 @@ seconds = time.perf_counter() - torch_done
 result = {"seconds": seconds}
 if a["side"] == "ours":
     from torch.utils import _pytree
+    from aotcombo.testing.compare import relative_error
     ref = eager()
-    errors = [float((g.double() - r.double()).norm() / r.double().norm().clamp_min(1e-30))
-              for g, r in zip(_pytree.tree_leaves(out), _pytree.tree_leaves(ref)) if r.is_floating_point()]
+    errors = [relative_error(g, r) for g, r in zip(_pytree.tree_leaves(out), _pytree.tree_leaves(ref))
+              if r.is_floating_point()]
     result["error"] = max(errors) if errors else 0.0
 print("RESULT " + json.dumps(result))
 """
@@ -77,9 +78,9 @@ print("RESULT " + json.dumps(result))
 
 def example_inputs(model: str, zoo: bool):
     if zoo:
-        import zoo_support
+        from aotcombo.testing.zoo import model_file
 
-        return zoo_support.model_file(model).get_example_inputs()
+        return model_file(model).get_example_inputs()
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("first_output_inputs", ROOT / "sample_models" / f"{model}.py")
@@ -90,7 +91,7 @@ def example_inputs(model: str, zoo: bool):
 
 
 def run_child(args: dict) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.environ.get("PYTHONPATH", ""), str(ROOT / "tests")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.environ.get("PYTHONPATH", ""), str(ROOT)])}
     done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(args)], capture_output=True, text=True, env=env,
                           cwd=ROOT)
     line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
@@ -101,14 +102,15 @@ def run_child(args: dict) -> dict:
 
 def measure(model: str, repeats: int) -> dict:
     import torch
-    import zoo_support
 
-    zoo = model in zoo_support.ZOO
+    from aotcombo.testing.zoo import ZOO, package_name
+
+    zoo = model in ZOO
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "inputs.pt"
         torch.save(example_inputs(model, zoo), path)
         base = {"model": model, "zoo": zoo, "inputs": str(path), "file": str(ROOT / "sample_models" / f"{model}.py"),
-                "package": zoo_support.package_name(model) if zoo else model}
+                "package": package_name(model) if zoo else model}
         runs = {"ours": [], "eager": []}
         errors = []
         for _ in range(repeats):
@@ -128,8 +130,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("models", nargs="+")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", default=".")
+    parser.add_argument("--out", default=str(ROOT / "out"), help="for first_output.jsonl (default %(default)s)")
     args = parser.parse_args()
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     from zoo_bench import run_models
 
     rows = run_models(args.models, lambda model: measure(model, args.repeats), Path(args.out) / "first_output.jsonl")

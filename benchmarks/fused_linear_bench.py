@@ -47,6 +47,7 @@ from aotcombo.builder.kernels.linear import recipe as kernels_linear_recipe
 
 from aotcombo.builder import graph as g  # noqa: E402
 from aotcombo.builder.trace.config import KERNEL_PRELUDE  # noqa: E402
+from aotcombo.testing.compare import relative_error  # noqa: E402
 
 # (M, K, N, dtype, pattern): transformer shapes from ViT-tiny/GPT-2 (the zoo) up to large GEMMs
 SHAPES = [
@@ -168,7 +169,7 @@ def checked(r: kernels_linear_recipe.Recipe, device, directory: Path):
     check["out"].fill_(float("nan"))
     launch(check)
     ref = reference(r, check, torch.float64)
-    return sets, launch, kernel, check, ref, float((check["out"].double() - ref).norm() / ref.norm())
+    return sets, launch, kernel, check, ref, relative_error(check["out"], ref)
 
 
 def time_graph(step, sets) -> float:
@@ -267,7 +268,7 @@ def main() -> None:
                 check["out"].fill_(float("nan"))
                 ieee(check)
                 others["rule/ieee"] = round(time_graph(ieee, sets), 2)
-                errors["rule/ieee"] = float((check["out"].double() - ref).norm() / ref.norm())
+                errors["rule/ieee"] = relative_error(check["out"], ref)
             for config in CANDIDATES:
                 if dtype == "float32":
                     config = kernels_linear_recipe.Tiles(config.block_m, config.block_n, 32, config.num_warps, 2)

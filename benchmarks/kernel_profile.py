@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where a package's GPU time goes: each kernel of one forward, from torch's profiler.
 
-    PYTHONPATH=<site with the wheels>:.:tests python3 benchmarks/kernel_profile.py MODEL ...
+    PYTHONPATH=<site with the wheels>:. python3 benchmarks/kernel_profile.py MODEL ...
 
 MODEL: a zoo model (sample_models/zoo/), ``MODEL@BATCH`` or a sample, as for
 ``zoo_bench.py``. The package runs op by op
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # the other benchmarks; aotcombo.testing from this checkout
 
 import torch  # noqa: E402
 

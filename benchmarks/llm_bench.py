@@ -3,7 +3,7 @@
 (mode="reduce-overhead") in a gpt-fast style loop, and the llm_decode package (graph mode:
 the default call, and the serving path on its static inputs), at batch 1 and 8.
 
-    PYTHONPATH=<site with llm_prefill and llm_decode>:.:tests PYTHONUNBUFFERED=1 \\
+    PYTHONPATH=<site with llm_prefill and llm_decode>:. PYTHONUNBUFFERED=1 \\
         python3 benchmarks/llm_bench.py --out $OUT
 
 A decode step reads every weight but the embedding table (of which it gathers b rows) and,
@@ -23,13 +23,13 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # the other benchmarks; aotcombo.testing from this checkout
 
 import torch  # noqa: E402
 
-from bench_timing import copy_bandwidth, time_synced, warm_up  # noqa: E402
-from gpu_support import import_package  # noqa: E402
-from llm_support import sample  # noqa: E402
+from aotcombo.testing.gpu import import_package  # noqa: E402
+from aotcombo.testing.llm import sample  # noqa: E402
+from aotcombo.testing.timing import copy_bandwidth, time_synced, warm_up  # noqa: E402
 
 
 def step_bytes(s, model, batch: int) -> int:
@@ -42,7 +42,7 @@ def step_bytes(s, model, batch: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default=".")
+    parser.add_argument("--out", default=str(HERE.parent / "out"), help="for llm_bench.json (default %(default)s)")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--no-compile", action="store_true")
@@ -97,6 +97,7 @@ def main() -> None:
                 row[key.replace("_ms", "_copy_fraction")] = round(gbps / copy["GBps"], 3)
         rows.append(row)
         print(json.dumps(row), flush=True)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     with open(Path(args.out) / "llm_bench.json", "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "copy": copy,
                    "rows": rows}, f, indent=1)

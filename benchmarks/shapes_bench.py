@@ -1,6 +1,6 @@
 """Several batch sizes: a dynamic-batch package against a bucketed one, side by side in one run.
 
-    PYTHONPATH=<site with the wheels>:.:tests python benchmarks/shapes_bench.py [--out DIR]
+    PYTHONPATH=<site with the wheels>:. python benchmarks/shapes_bench.py [--out DIR]
 
 For each sample and batch size (1, 8, 32), per-call wall time (synchronized, median over
 rotating fresh input sets) of: eager; ``<sample>_buckets`` (a graph per bucket) and
@@ -27,13 +27,13 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
-
-from bench_timing import time_synced, warm_up  # noqa: E402
-from gpu_support import SAMPLES, compare, fresh_like  # noqa: E402
+sys.path.insert(0, str(ROOT))  # aotcombo and aotcombo.testing from this checkout
 
 from aotcombo.builder.inputs import shapes  # noqa: E402
 from aotcombo.builder.inputs.modelfile import batch_inputs_function, load_model_file  # noqa: E402
+from aotcombo.testing.compare import compare  # noqa: E402
+from aotcombo.testing.gpu import SAMPLES, fresh_like  # noqa: E402
+from aotcombo.testing.timing import time_synced, warm_up  # noqa: E402
 
 SIZES = (1, 8, 32)
 SETS = 4

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How the output slots' memory layout changes the GPU time of a graph bound to the caller's inputs.
 
-    PYTHONPATH=<site with the wheels>:.:tests python3 benchmarks/slot_layout.py adam_step branches
+    PYTHONPATH=<site with the wheels>:. python3 benchmarks/slot_layout.py adam_step branches
 
 Per model, in one process: the GPU time (CUDA events, median of 100 replays) of a graph bound
 to one input set, writing its outputs into a slot carved from one allocation per dtype at
@@ -18,12 +18,12 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # the other benchmarks; aotcombo.testing from this checkout
 
 import torch  # noqa: E402
 
+from aotcombo.testing.gpu import import_package  # noqa: E402
 from call_breakdown import _bound_to, gpu_us  # noqa: E402
-from gpu_support import import_package  # noqa: E402
 from zoo_bench import sample  # noqa: E402
 
 

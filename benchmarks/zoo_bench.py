@@ -2,7 +2,7 @@
 """The zoo and the samples on one GPU, one run: eager, torch.compile(mode="reduce-overhead")
 and the package's default call and serving path, side by side, per model.
 
-    PYTHONPATH=<site with the wheels>:.:tests PYTHONUNBUFFERED=1 \\
+    PYTHONPATH=<site with the wheels>:. PYTHONUNBUFFERED=1 \\
         python3 benchmarks/zoo_bench.py [MODEL ...] --out $OUT
 
 MODEL: a zoo model (sample_models/zoo/), ``MODEL@BATCH`` for one at another batch size (its
@@ -33,13 +33,13 @@ import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # the other benchmarks; aotcombo.testing from this checkout
 
 import torch  # noqa: E402
 
-from bench_timing import time_synced, time_synced_interleaved, warm_up  # noqa: E402
-from gpu_support import SAMPLES, fresh_like, import_package  # noqa: E402
-from zoo_support import FULL_SIZE_DIR, ZOO, eager_model, fresh_inputs, model_file, package_name  # noqa: E402
+from aotcombo.testing.gpu import SAMPLES, fresh_like, import_package  # noqa: E402
+from aotcombo.testing.timing import time_synced, time_synced_interleaved, warm_up  # noqa: E402
+from aotcombo.testing.zoo import FULL_SIZE_DIR, ZOO, eager_model, fresh_inputs, model_file, package_name  # noqa: E402
 
 SEEDS = (301, 302, 303, 304)
 
@@ -138,7 +138,7 @@ def run_models(models: list[str], measure, path: Path) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("models", nargs="*", default=list(ZOO))
-    parser.add_argument("--out", default=".")
+    parser.add_argument("--out", default=str(HERE.parent / "out"), help="for zoo_bench.jsonl (default %(default)s)")
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--no-compile", action="store_true")
     args = parser.parse_args()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A/B on the device machine: the same models from two (or more) wheel folders (A: before a
+# A/B on a machine with a GPU: the same models from two (or more) wheel folders (A: before a
 # change, B: after), timed by benchmarks/zoo_bench.py in turn, A B A B, each in its own process.
 #
 #   scripts/ab_bench.sh DIR_A DIR_B MODEL ...        (writes $OUT/ab_{a,b}{1,2}.log)
@@ -30,7 +30,7 @@ for round in 1 2; do
     side=${SIDES[$i]}
     echo "== $side (${DIRS[$i]}), round $round"
     mkdir -p "/tmp/ab_out_$side$round"
-    PYTHONPATH="/tmp/ab_site_$side:$PWD:$PWD/tests" PYTHONUNBUFFERED=1 $PY "$BENCH" "$@" --no-compile \
+    PYTHONPATH="/tmp/ab_site_$side:$PWD" PYTHONUNBUFFERED=1 $PY "$BENCH" "$@" --no-compile \
       --out "/tmp/ab_out_$side$round" 2>&1 | grep -v -i warn | tee "$OUT/ab_$side$round.log" | tail -n $(( $# + 2 ))
   done
 done

@@ -2,10 +2,10 @@
 
     .venv/bin/python scripts/build_combo_tests.py [CASE ...] [--out .carry/combo]
 
-Each case of ``tests/combo_test_models.py`` becomes package ``combo_<case>`` for sm_90, at
+Each case of ``tests/models/combo_test_models.py`` becomes package ``combo_<case>`` for sm_90, at
 the PyTorch test's own sizes (a dynamic case with its batch range; those of ``GPU_SMALL``, too
 large to carry, at their interpreter size), and only the wheel pip
-picks on the GPU machine is kept. ``tests/test_gpu_combo_tests.py`` checks them against eager.
+picks on the GPU machine is kept. ``tests/gpu/test_gpu_combo_tests.py`` checks them against eager.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-import combo_test_models as M  # noqa: E402
-import combo_tests_support as S  # noqa: E402
+sys.path.insert(0, str(ROOT))  # aotcombo and aotcombo.testing from this checkout
 
 from aotcombo.errors import BuildError  # noqa: E402
+from aotcombo.testing import combo as S  # noqa: E402
+from aotcombo.testing.corpora import combo_test_models  # noqa: E402
+
+M = combo_test_models()
 
 
 def main() -> None:

@@ -5,7 +5,7 @@
 The four sample models (sm_80, sm_90); unless --samples-only, each sample again
 with batch buckets (<sample>_buckets: --batch 1,2,4,8,16,32 --pad) and with a
 dynamic batch (<sample>_dynamic: --dynamic batch=1:256), all sm_90, and one
-package per construct of tests/coverage_models.py named cov_<construct> (sm_90).
+package per construct of tests/models/coverage_models.py named cov_<construct> (sm_90).
 --shapes-only builds just the bucket and dynamic ones.
 """
 
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path.insert(0, str(ROOT))  # aotcombo and aotcombo.testing from this checkout
 
 from aotcombo.builder.pipeline import build_package as build  # noqa: E402
 from aotcombo.builder.inputs.modelfile import batch_inputs_function, load_model_file  # noqa: E402
@@ -67,8 +67,9 @@ def main() -> None:
     if args.samples_only:
         return
     build_shapes(out)
-    import coverage_models
+    from aotcombo.testing.corpora import coverage_models as corpus
 
+    coverage_models = corpus()
     for name, factory in {**coverage_models.SUPPORTED, **coverage_models.RANDOM}.items():
         model, inputs = factory()
         result = build(model.eval(), inputs, arch=["sm_90"], name=f"cov_{name}", out=out)

@@ -20,14 +20,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-from zoo_support import ZOO, at_batch, example_inputs, model_file, package_name  # noqa: E402
+sys.path.insert(0, str(ROOT))  # aotcombo and aotcombo.testing from this checkout
 
 from aotcombo.builder import graph as g  # noqa: E402
 from aotcombo.builder.trace import entry as trace_entry
 from aotcombo.builder.pipeline import build_package  # noqa: E402
 from aotcombo.errors import BuildError  # noqa: E402
+from aotcombo.testing.zoo import ZOO, at_batch, example_inputs, model_file, package_name  # noqa: E402
 
 
 def inductor_combo_launches(model, inputs, arch: int) -> int:

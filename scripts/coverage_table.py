@@ -1,4 +1,4 @@
-"""Write docs/coverage.md: each construct of tests/coverage_models.py, whether it
+"""Write docs/coverage.md: each construct of tests/models/coverage_models.py, whether it
 is supported, and its launches per forward against torch.compile's combo kernels.
 
 Launches are counted on the traced program, no GPU needed: kernel launches
@@ -13,15 +13,16 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-import coverage_models  # noqa: E402
+sys.path.insert(0, str(ROOT))  # aotcombo and aotcombo.testing from this checkout
 
 from aotcombo.builder import graph as g  # noqa: E402
 from aotcombo.builder.trace import entry as trace_entry
 
 from aotcombo.builder.plan import combos as plan  # noqa: E402
 from aotcombo.errors import BuildError  # noqa: E402
+from aotcombo.testing.corpora import coverage_models as corpus  # noqa: E402
+
+coverage_models = corpus()
 
 NOTES = {
     "inplace_input_mutation": "the caller's tensor is updated, as in eager",
@@ -44,11 +45,11 @@ def row(name, factory, supported):
     model, inputs = factory()
     model = model.eval()
     if name in coverage_models.RANDOM:
-        test = "`tests/test_coverage.py::test_random_ops_draw_fresh_numbers`"
+        test = "`tests/models/test_coverage.py::test_random_ops_draw_fresh_numbers`"
     elif supported:
-        test = f"`tests/test_coverage.py::test_construct_matches_eager[*-{name}]`"
+        test = f"`tests/models/test_coverage.py::test_construct_matches_eager[*-{name}]`"
     else:
-        test = f"`tests/test_coverage.py::test_unsupported_construct_fails_clearly[{name}]`"
+        test = f"`tests/models/test_coverage.py::test_unsupported_construct_fails_clearly[{name}]`"
     try:
         ours, _, _ = trace_entry.trace_model(model, inputs, 90)
     except BuildError:
@@ -67,9 +68,10 @@ def main() -> None:
     lines = [
         "# Coverage",
         "",
-        "Each construct has a model in `tests/coverage_models.py`; `tests/test_coverage.py` builds it for sm_90 and",
-        "checks the package against eager on fresh random inputs under Triton's interpreter (both dispatch modes),",
-        "and the GPU suite (`tests/test_gpu_coverage.py`) does the same on a GPU.",
+        "Each construct has a model in `tests/models/coverage_models.py`; `tests/models/test_coverage.py` builds it",
+        "for sm_90 and checks the package against eager on fresh random inputs under Triton's interpreter (both "
+        "dispatch modes),",
+        "and the GPU suite (`tests/gpu/test_gpu_coverage.py`) does the same on a GPU.",
         "",
         "Launches per forward (kernel launches + extern calls) are counted on the traced program:",
         "*kernels* is Inductor's kernels without combining, *torch.compile combo* is Inductor's own combo kernels",

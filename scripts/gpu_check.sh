@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole GPU check in one call, on the device machine (no network, its own
+# The whole GPU check in one call, on a machine with a GPU (no network needed; its own
 # torch and triton): install the wheels built on the GPU-less machine into a
 # private folder, then run every GPU test and the GPU report.
 #
@@ -7,7 +7,7 @@
 #                                          .carry/zoo* that exist: scripts/build_wheels.py,
 #                                          build_combo_tests.py, build_zoo.py make them)
 #   AOTCOMBO_GPU_TESTS=0    skip the tests (measure only)
-#   AOTCOMBO_GPU_TEST_FILES="tests/test_gpu_zoo.py ..."  run these test files only
+#   AOTCOMBO_GPU_TEST_FILES="tests/gpu/test_gpu_zoo.py ..."  run these test files only (default: tests/gpu)
 #   AOTCOMBO_ZOO="bert gpt2 ..."  the zoo models to check (default: all of sample_models/zoo; MODEL@BATCH: one
 #                           built at another batch size by scripts/build_zoo.py MODEL@BATCH)
 #   AOTCOMBO_GPU_MEASURE=0  skip the measurements (launch overhead, batch sizes, cold start)
@@ -19,8 +19,8 @@
 #   AOTCOMBO_PROFILE="llama_block ..."  also print each kernel's GPU time per forward (benchmarks/kernel_profile.py)
 #   AOTCOMBO_MEMCHECK=1     also run compute-sanitizer memcheck on one call of each sample
 #
-# From the build machine, with the device tool (64 MiB travel per call: the zoo goes in two):
-#   run(command="bash scripts/gpu_check.sh", carry=[".carry/wheels", ".carry/combo", ".carry/zoo1"])
+# Run on a machine with a GPU, from a checkout holding the wheel folders (the zoo's wheels may
+# be split over several .carry/zoo* folders).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -gt 0 ]; then DIRS=("$@"); else DIRS=(); for d in .carry/wheels .carry/combo .carry/zoo* .carry/llm; do [ -d "$d" ] && DIRS+=("$d"); done; fi
@@ -49,8 +49,8 @@ PY
 status=0
 if [ "${AOTCOMBO_GPU_TESTS:-1}" = 1 ]; then
   echo "== pytest -m gpu"
-  PYTHONPATH="$SITE:$PWD:$PWD/tests" AOTCOMBO_REQUIRE_PACKAGES=1 PYTHONUNBUFFERED=1 \
-    $PY -m pytest -m gpu ${AOTCOMBO_GPU_TEST_FILES:-tests/test_gpu_*.py tests/test_runtime.py} -q -s -rfE -p no:cacheprovider 2>&1 | tee "$OUT/gpu_pytest.log"
+  PYTHONPATH="$SITE:$PWD" AOTCOMBO_REQUIRE_PACKAGES=1 PYTHONUNBUFFERED=1 \
+    $PY -m pytest -m gpu ${AOTCOMBO_GPU_TEST_FILES:-tests/gpu} -q -s -rfE -p no:cacheprovider 2>&1 | tee "$OUT/gpu_pytest.log"
   status=${PIPESTATUS[0]}
 fi
 
@@ -58,23 +58,23 @@ if [ "${AOTCOMBO_GPU_MEASURE:-1}" = 1 ]; then
   echo "== launch overhead"
   PYTHONPATH="$SITE" $PY benchmarks/launch_overhead.py --out "$OUT/launch_overhead.json" 2>&1 | tee "$OUT/launch_overhead.log"
   echo "== several batch sizes: buckets against a dynamic batch"
-  PYTHONPATH="$SITE:$PWD:$PWD/tests" PYTHONUNBUFFERED=1 $PY benchmarks/shapes_bench.py --out "$OUT" 2>&1 | tee "$OUT/shapes_bench.log"
+  PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1 $PY benchmarks/shapes_bench.py --out "$OUT" 2>&1 | tee "$OUT/shapes_bench.log"
   echo "== time to first output (in-process, fresh processes): ours against eager"
-  PYTHONPATH="$SITE:$PWD:$PWD/tests" $PY benchmarks/first_output.py ${AOTCOMBO_FIRST_OUTPUT:-transformer_block} --repeats 5 --out "$OUT" 2>&1 | tee "$OUT/first_output.log"
+  PYTHONPATH="$SITE:$PWD" $PY benchmarks/first_output.py ${AOTCOMBO_FIRST_OUTPUT:-transformer_block} --repeats 5 --out "$OUT" 2>&1 | tee "$OUT/first_output.log"
 fi
 if [ "${AOTCOMBO_ZOO_BENCH:-0}" = 1 ]; then
   echo "== zoo benchmark: eager, reduce-overhead, ours default and static"
-  PYTHONPATH="$SITE:$PWD:$PWD/tests" PYTHONUNBUFFERED=1 $PY benchmarks/zoo_bench.py ${AOTCOMBO_ZOO:-} ${AOTCOMBO_ZOO_BENCH_ARGS:-} --out "$OUT" 2>&1 | tee "$OUT/zoo_bench.log"
+  PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1 $PY benchmarks/zoo_bench.py ${AOTCOMBO_ZOO:-} ${AOTCOMBO_ZOO_BENCH_ARGS:-} --out "$OUT" 2>&1 | tee "$OUT/zoo_bench.log"
 fi
 if [ "${AOTCOMBO_LLM_BENCH:-0}" = 1 ]; then
   echo "== LLM decode: per-token latency and bandwidth"
-  PYTHONPATH="$SITE:$PWD:$PWD/tests" PYTHONUNBUFFERED=1 $PY benchmarks/llm_bench.py --out "$OUT" 2>&1 | tee "$OUT/llm_bench.log"
+  PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1 $PY benchmarks/llm_bench.py --out "$OUT" 2>&1 | tee "$OUT/llm_bench.log"
 fi
 if [ -n "${AOTCOMBO_PROFILE:-}" ]; then
   echo "== GPU time per kernel, op by op"
-  PYTHONPATH="$SITE:$PWD:$PWD/tests" PYTHONUNBUFFERED=1 $PY benchmarks/kernel_profile.py $AOTCOMBO_PROFILE 2>&1 | tee "$OUT/kernel_profile.log"
+  PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1 $PY benchmarks/kernel_profile.py $AOTCOMBO_PROFILE 2>&1 | tee "$OUT/kernel_profile.log"
   if [ "${AOTCOMBO_LLM_BENCH:-0}" = 1 ]; then
-    PYTHONPATH="$SITE:$PWD:$PWD/tests" PYTHONUNBUFFERED=1 $PY benchmarks/llm_bench.py --profile 2>&1 | tee -a "$OUT/kernel_profile.log"
+    PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1 $PY benchmarks/llm_bench.py --profile 2>&1 | tee -a "$OUT/kernel_profile.log"
   fi
 fi
 if [ "${AOTCOMBO_MEMCHECK:-0}" = 1 ]; then

@@ -30,7 +30,9 @@ from torch import nn
 from torch.utils import _pytree
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT))  # aotcombo and aotcombo.testing from this checkout
+
+from aotcombo.testing.compare import relative_error  # noqa: E402
 
 
 def hf(config: str, model: str, **fields):
@@ -228,22 +230,19 @@ CASES = {
 }
 
 
-def relative_errors(got, ref) -> list[float]:
+def output_errors(got, ref) -> list[float]:
+    """The relative L2 error of each floating output; raises on an all-zero eager output (the
+    comparison would prove nothing: ``aotcombo.testing.compare``)."""
     if isinstance(ref, dict):  # a transformers ModelOutput comes back as a dict
         ref = dict(ref)
-    errors = []
-    for g, r in zip(_pytree.tree_leaves(got), _pytree.tree_leaves(ref)):
-        if isinstance(r, torch.Tensor) and r.is_floating_point():
-            if not r.any():
-                raise AssertionError("an eager output is all zeros: the comparison would prove nothing")
-            errors.append(float((g.double() - r.double()).norm() / r.double().norm()))
-    return errors
+    return [relative_error(g, r) for g, r in zip(_pytree.tree_leaves(got), _pytree.tree_leaves(ref))
+            if isinstance(r, torch.Tensor) and r.is_floating_point()]
 
 
 def check(name: str, out: Path, interpret_check: bool = True) -> dict:
     """Build one case into ``out / name`` and, with ``interpret_check``, compare its interpreted
     program with eager. ``out / name / expected.pt`` keeps other inputs and eager's outputs for
-    them (CPU, float32): what tests/test_gpu_sweep.py checks the wheel against on a GPU."""
+    them (CPU, float32): what tests/gpu/test_gpu_sweep.py checks the wheel against on a GPU."""
     from aotcombo.builder.pipeline import build_package
     from aotcombo.tools import interpret
 
@@ -265,10 +264,10 @@ def check(name: str, out: Path, interpret_check: bool = True) -> dict:
         row = {"case": name, "launches": result.summary()["launches_per_forward"],
                "extern_ops": list(result.manifest.extern_ops)}
         if interpret_check:
-            errors = relative_errors(interpret.run_variant(result, 0, [t.clone() for t in inputs]), ref)
+            errors = output_errors(interpret.run_variant(result, 0, [t.clone() for t in inputs]), ref)
             row.update(ok=bool(errors) and max(errors) <= 1e-4, max_error=max(errors, default=None))
         else:
-            relative_errors(ref, ref)  # refuses an all-zero eager output
+            output_errors(ref, ref)  # refuses an all-zero eager output
             row.update(ok=True, built_only=True)
         leaves = [t for t in _pytree.tree_leaves(ref) if isinstance(t, torch.Tensor)]  # no library classes
         torch.save({"inputs": list(inputs), "outputs": leaves}, out / name / "expected.pt")
@@ -284,7 +283,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="also write the JSON lines here")
     parser.add_argument("--wheels", type=Path, metavar="DIR",
                         help="keep each case's wheels in DIR/CASE, with expected.pt (other inputs, eager's outputs) "
-                        "for tests/test_gpu_sweep.py")
+                        "for tests/gpu/test_gpu_sweep.py")
     parser.add_argument("--no-interpret", action="store_true",
                         help="build only (with --wheels: for the GPU check); no comparison under the interpreter")
     args = parser.parse_args()

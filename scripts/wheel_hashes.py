@@ -21,11 +21,11 @@ SAMPLES = ("branches", "transformer_block", "adam_step", "conv_block")
 
 
 def main(out: Path) -> None:
-    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+    sys.path.insert(0, str(ROOT))  # aotcombo and aotcombo.testing from this checkout
     import aotcombo
     from aotcombo.builder.inputs.modelfile import load_model_file
     from aotcombo.builder.pipeline import build_package
-    from zoo_support import ZOO, model_file
+    from aotcombo.testing.zoo import ZOO, model_file
 
     assert Path(aotcombo.__file__).resolve().is_relative_to(ROOT), f"aotcombo from {aotcombo.__file__}, not {ROOT}"
     makers = {name: lambda name=name: (model_file(name).get_model().eval(), tuple(model_file(name).get_example_inputs()))

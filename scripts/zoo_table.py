@@ -1,8 +1,8 @@
 """docs/zoo.md from the zoo's build record and one GPU run's checks and timings.
 
-    .venv/bin/python scripts/zoo_table.py [--results benchmarks/results/zoo] [--out docs/zoo.md] [--title TITLE]
+    .venv/bin/python scripts/zoo_table.py [--results out/zoo] [--out docs/zoo.md] [--title TITLE]
 
-Reads ``zoo_build.json`` (``scripts/build_zoo.py``), ``zoo_check.jsonl`` (``tests/test_gpu_zoo.py``
+Reads ``zoo_build.json`` (``scripts/build_zoo.py``), ``zoo_check.jsonl`` (``tests/gpu/test_gpu_zoo.py``
 with ``OUT`` set) and ``zoo_bench.jsonl`` (``benchmarks/zoo_bench.py``) from the results folder:
 what ``scripts/gpu_check.sh`` leaves in ``$OUT``, copied there.
 """
@@ -29,11 +29,11 @@ def roofline_us(name: str, dtype: str) -> tuple[float, float, float]:
     from torch.utils import _pytree
     from torch.utils.flop_counter import FlopCounterMode
 
-    sys.path.insert(0, str(ROOT / "tests"))
-    import zoo_support
+    sys.path.insert(0, str(ROOT))  # aotcombo.testing from this checkout
+    from aotcombo.testing import zoo
 
-    model = zoo_support.model_file(zoo_support.at_batch(name)[0]).get_model().requires_grad_(False)
-    inputs = zoo_support.example_inputs(name)
+    model = zoo.model_file(zoo.at_batch(name)[0]).get_model().requires_grad_(False)
+    inputs = zoo.example_inputs(name)
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         outputs = model(*inputs)
     tensors = list(model.state_dict().values()) + list(inputs) + [t for t in _pytree.tree_leaves(outputs)
@@ -117,7 +117,7 @@ def table(results: Path, device: str, title: str = "The zoo on a GPU") -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--results", default=str(ROOT / "benchmarks" / "results" / "zoo"))
+    parser.add_argument("--results", default=str(ROOT / "out" / "zoo"))
     parser.add_argument("--out", default=str(ROOT / "docs" / "zoo.md"))
     parser.add_argument("--device", default="NVIDIA H100 80GB HBM3")
     parser.add_argument("--title", default="The zoo on a GPU")

@@ -1,6 +1,12 @@
 """Shared test setup: ``gpu`` tests are skipped on machines without a CUDA GPU;
 ``slow`` tests (whole zoo models under Triton's interpreter, minutes each on 2
-cores) run only when asked for: ``pytest -m slow`` or ``AOTCOMBO_SLOW=1``."""
+cores) run only when asked for: ``pytest -m slow`` or ``AOTCOMBO_SLOW=1``.
+
+The tests by kind: ``unit/`` (one part of the builder, runtime or tools at a time, on the
+CPU), ``models/`` (the model corpora built and run under Triton's interpreter against eager:
+the zoo, the samples, PyTorch's combo-kernel tests, the coverage constructs; the corpora of
+the last two live beside them) and ``gpu/`` (the runtime and built packages on a GPU, all marked ``gpu``).
+What they share is ``aotcombo.testing``."""
 
 import os
 from pathlib import Path
@@ -8,14 +14,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_support import SAMPLES
+from aotcombo.testing.gpu import SAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def pytest_collection_modifyitems(config, items):
     if not torch.cuda.is_available():
-        skip = pytest.mark.skip(reason="needs a CUDA GPU (run scripts/gpu_check.sh on the device machine)")
+        skip = pytest.mark.skip(reason="needs a CUDA GPU (run scripts/gpu_check.sh on a machine with a GPU)")
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
