@@ -110,14 +110,16 @@ def time_limit(seconds: float | None, what: str):
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="benchmarks/README.md says what each number means.")
     ap.add_argument("--models", default=",".join(SAMPLES), help=f"comma-separated, from {', '.join(SAMPLES)}")
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, from {', '.join(VARIANTS)}")
     ap.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu (smoke test: no do_bench, "
                                                     "no launch counts, no aotcombo)")
     ap.add_argument("--out", default=str(ROOT / "out" / "bench"), help="output folder (default %(default)s)")
-    ap.add_argument("--quick", action="store_true", help="few calls, few input sets, 1 cold-start run each: a smoke test")
+    ap.add_argument("--quick", action="store_true",
+                    help="few calls, few input sets, 1 cold-start run each: a smoke test")
     ap.add_argument("--skip-cold-start", action="store_true", help="no fresh-process measurements")
     ap.add_argument("--cold-start-models", default=",".join(COLD_START_DEFAULT),
                     help="models for the fresh-process measurements (default %(default)s), or 'all'")
@@ -125,8 +127,10 @@ def parse_args(argv=None):
     ap.add_argument("--budget-s", type=float, default=450,
                     help="stop starting new work after this many seconds (default %(default)s)")
     ap.add_argument("--compile-timeout-s", type=float, default=240, help="limit for one torch.compile (first call)")
-    ap.add_argument("--target-s", type=float, default=None, help="seconds of timed calls per timer (default 0.3, quick 0.05)")
-    ap.add_argument("--max-sets", type=int, default=None, help="most input sets to rotate through (default 64, quick 4)")
+    ap.add_argument("--target-s", type=float, default=None,
+                    help="seconds of timed calls per timer (default 0.3, quick 0.05)")
+    ap.add_argument("--max-sets", type=int, default=None,
+                    help="most input sets to rotate through (default 64, quick 4)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--from-json", metavar="RESULTS_JSON", help="re-render the report from a results.json into --out")
     ap.add_argument("--report-demo", action="store_true", help="write a report of FABRICATED numbers (layout check)")
@@ -229,7 +233,8 @@ class Bench:
         model = sample.get_model().eval().to(self.device)
         example = [t.to(self.device) for t in sample.get_example_inputs()]
         set_bytes = _nbytes(example)
-        l2 = getattr(torch.cuda.get_device_properties(self.device), "L2_cache_size", 0) if self.device.type == "cuda" else 0
+        l2 = (getattr(torch.cuda.get_device_properties(self.device), "L2_cache_size", 0)
+              if self.device.type == "cuda" else 0)
         l2 = l2 or 32 * 2**20
         k = max(2, min(args.max_sets, math.ceil(3 * l2 / set_bytes), max(2, (2 * 2**30) // set_bytes)))
         gen = torch.Generator(device=self.device).manual_seed(args.seed)
@@ -393,7 +398,8 @@ class Bench:
                 try:
                     cross = T.host_launch_calls(fn, tsets[0], dev, calls=5 if t_est < 1e-3 else 2)
                     host = cross["host"]
-                    r["host_launch_calls"] = None if host is None else (int(host) if host == int(host) else round(host, 1))
+                    r["host_launch_calls"] = (None if host is None
+                                              else (int(host) if host == int(host) else round(host, 1)))
                     r["launch_crosscheck"] = cross
                     if r.get("gpu_kernels") is not None and cross["gpu_kernels"] != r["gpu_kernels"]:
                         self._note(r, f"profiler cross-check: {cross['gpu_kernels']:g} GPU kernels/call over "
@@ -666,26 +672,35 @@ def demo_results() -> dict:
             w = b * f * (0.9 + 0.2 * rng.random())
             vs[v] = {"label": bench_report.LABELS[v], "status": "ok", "setup_s": 20.0 if "compile" in v else 0.3,
                      "wall_ms": {"median": w, "n": 200}, "b2b_ms": {"median": w * 0.7}, "do_bench_ms": w * 0.8,
-                     "gpu_kernels": kernels[v], "host_launch_calls": 1 if "graphs" in v or v == "compile_ro" else kernels[v],
+                     "gpu_kernels": kernels[v],
+                     "host_launch_calls": 1 if "graphs" in v or v == "compile_ro" else kernels[v],
                      "max_error": 0.0 if v == "eager" else 3e-3, "tolerance": 1e-2}
-        models[name] = {"variants": vs, "bytes_moved": 4e6 if name == "branches" else 2.7e8 if name == "adam_step" else 2e7,
+        models[name] = {"variants": vs,
+                        "bytes_moved": 4e6 if name == "branches" else 2.7e8 if name == "adam_step" else 2e7,
                         "memory_bound": name in MEMORY_BOUND, "floor_us": 5.0, "floor_bound": "memory"}
-    models["conv_block"]["variants"]["compile_combo"] = {"status": "FAILED", "reason": "relative L2 error 3.1e-02 > 1e-02 on input set 0",
+    models["conv_block"]["variants"]["compile_combo"] = {"status": "FAILED",
+                                                         "reason": "relative L2 error 3.1e-02 > 1e-02 on input set 0",
                                                          "max_error": 3.1e-2, "tolerance": 1e-2, "setup_s": 12.0}
-    models["adam_step"]["variants"]["aot_graphs_static"] = {"status": "skipped", "reason": "the installed runtime's Model has no static_inputs()"}
+    models["adam_step"]["variants"]["aot_graphs_static"] = {
+        "status": "skipped", "reason": "the installed runtime's Model has no static_inputs()"}
     for name in COLD_START_DEFAULT:
         models[name]["cold_start"] = {
-            "eager": {"status": "ok", "median_s": 1.1, "runs": [{}] * 3, "setup_s": 0.4, "inputs_s": 0.1, "first_call_s": 0.5},
-            "aotcombo": {"status": "ok", "median_s": 0.6, "runs": [{}] * 3, "setup_s": 0.3, "inputs_s": 0.1, "first_call_s": 0.1},
-            "torch.compile cold cache": {"status": "ok", "median_s": 31.0, "runs": [{}], "setup_s": 1.0, "inputs_s": 0.1,
+            "eager": {"status": "ok", "median_s": 1.1, "runs": [{}] * 3, "setup_s": 0.4, "inputs_s": 0.1,
+                      "first_call_s": 0.5},
+            "aotcombo": {"status": "ok", "median_s": 0.6, "runs": [{}] * 3, "setup_s": 0.3, "inputs_s": 0.1,
+                         "first_call_s": 0.1},
+            "torch.compile cold cache": {"status": "ok", "median_s": 31.0, "runs": [{}], "setup_s": 1.0,
+                                         "inputs_s": 0.1,
                                          "first_call_s": 29.0, "note": "cache after: 120 files, 3.1 MB"},
-            "torch.compile warm cache": {"status": "ok", "median_s": 6.5, "runs": [{}] * 3, "setup_s": 1.0, "inputs_s": 0.1,
+            "torch.compile warm cache": {"status": "ok", "median_s": 6.5, "runs": [{}] * 3, "setup_s": 1.0,
+                                         "inputs_s": 0.1,
                                          "first_call_s": 5.2},
         }
     return {"demo": True, "meta": {"device_name": "NVIDIA H100 80GB HBM3 (DEMO)", "torch": "2.11", "triton": "3.6",
                                    "driver": "demo", "date": "demo"},
             "settings": {"budget_s": 450}, "elapsed_s": 0.0, "models": models,
-            "copy_bandwidth": {"GBps": 2900.0, "bytes": 2 * 2**30}, "matmul_rate": {"TFLOPs": 700.0, "dtype": "bfloat16", "n": 8192},
+            "copy_bandwidth": {"GBps": 2900.0, "bytes": 2 * 2**30},
+            "matmul_rate": {"TFLOPs": 700.0, "dtype": "bfloat16", "n": 8192},
             "import_torch": {"median_s": 1.8, "runs": [1.8] * 5},
             "notes": ["DEMO: fabricated numbers."]}
 

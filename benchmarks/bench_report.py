@@ -23,7 +23,8 @@ LABELS = {
     "aot_graphs_static": "aotcombo graphs static_inputs",
 }
 SHORT = {"eager": "eager", "compile": "compile", "compile_combo": "compile combo", "compile_ro": "compile RO",
-         "aot": "aot", "aot_checked": "aot checked", "aot_graphs": "aot graphs", "aot_graphs_nocopy": "aot graphs nocopy",
+         "aot": "aot", "aot_checked": "aot checked", "aot_graphs": "aot graphs",
+         "aot_graphs_nocopy": "aot graphs nocopy",
          "aot_graphs_static": "aot graphs static"}
 TORCH_VARIANTS = ("eager", "compile", "compile_combo", "compile_ro")
 CUDAGRAPH_VARIANTS = ("compile_ro", "aot_graphs", "aot_graphs_nocopy", "aot_graphs_static")
@@ -155,7 +156,8 @@ def latency_table(results: dict) -> list[str]:
                                    fmt_s(v.get("setup_s")), goal, met]))
                 continue
             err = v.get("max_error")
-            err_cell = "ref" if vname == "eager" else ("—" if err is None else f"{err:.1e} ({v.get('tolerance', 0):.0e})")
+            err_cell = ("ref" if vname == "eager"
+                        else ("—" if err is None else f"{err:.1e} ({v.get('tolerance', 0):.0e})"))
             lines.append(_row([
                 name, label, fmt_ms(wall_ms(v)), fmt_ms((v.get("b2b_ms") or {}).get("median")),
                 fmt_ms(v.get("do_bench_ms")), fmt_int(v.get("gpu_kernels")), fmt_int(v.get("host_launch_calls")),
@@ -211,7 +213,8 @@ def summary_lines(results: dict) -> list[str]:
         aots = [(v, wall_ms(r)) for v, r in model["variants"].items() if v.startswith("aot") and wall_ms(r) is not None]
         ba = min(aots, key=lambda t: t[1]) if aots else None
         parts = [f"**{name}**:"]
-        parts.append(f"best torch {LABELS.get(bt_name, bt_name)} {fmt_ms(bt)} ms;" if bt is not None else "no torch variant ran;")
+        parts.append(f"best torch {LABELS.get(bt_name, bt_name)} {fmt_ms(bt)} ms;" if bt is not None
+                     else "no torch variant ran;")
         if ba:
             met = goal_met(name, model, model["variants"][ba[0]])
             speed = f" ({bt / ba[1]:.1f}× best torch)" if bt else ""
@@ -440,7 +443,7 @@ def cold_start_chart(results: dict, path: str) -> str | None:
     return None
 
 
-PRINT_LIMIT = 10_500  # the device tool returns the last 12,000 characters of the output
+PRINT_LIMIT = 10_500  # keep the report within what a remote runner shows of the output (12,000 characters)
 
 
 def write_all(results: dict, out_dir: str) -> tuple[str, list[str]]:

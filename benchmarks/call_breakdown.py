@@ -112,7 +112,8 @@ def pieces(name: str) -> str:
         row["free slot, last held"] = host_us(slots.free)
         del kept
         row.update({"bound replay": host_us(graph.replay), "main replay": host_us(static._graph.replay),
-                    "bound replay on the GPU": gpu_us(graph.replay), "main replay on the GPU": gpu_us(static._graph.replay),
+                    "bound replay on the GPU": gpu_us(graph.replay),
+                    "main replay on the GPU": gpu_us(static._graph.replay),
                     "bound replay on the GPU, static outputs": gpu_us(_bound_to(package, inputs).replay),
                     "default call": host_us(lambda: loaded(*inputs)),
                     "default call, y = m(x)": host_us(lambda: keep(loaded(*inputs))),

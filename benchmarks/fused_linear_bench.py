@@ -52,20 +52,24 @@ from aotcombo.testing.compare import relative_error  # noqa: E402
 # (M, K, N, dtype, pattern): transformer shapes from ViT-tiny/GPT-2 (the zoo) up to large GEMMs
 SHAPES = [
     # the zoo's: ViT-tiny, GPT-2, Qwen2, the Llama block, BERT, GPT-2 block (fp32)
-    (34, 192, 576, "bfloat16", "layer"), (34, 192, 768, "bfloat16", "layer+gelu"), (34, 768, 192, "bfloat16", "residual"),
+    (34, 192, 576, "bfloat16", "layer"), (34, 192, 768, "bfloat16", "layer+gelu"),
+    (34, 768, 192, "bfloat16", "residual"),
     (128, 128, 384, "bfloat16", "layer"), (128, 512, 128, "bfloat16", "residual"), (90, 128, 384, "float16", "rms"),
     (128, 256, 384, "float32", "rms"), (128, 256, 1376, "float32", "rms"), (64, 128, 512, "float32", "layer+gelu"),
     (256, 256, 1024, "float32", "layer+gelu"), (256, 1024, 256, "float32", "residual"),
     # between them and cuBLAS's ground: BERT-base widths at small batch, an LLM's decode step
-    (64, 768, 768, "bfloat16", "layer"), (128, 768, 2304, "bfloat16", "layer"), (128, 768, 3072, "bfloat16", "layer+gelu"),
+    (64, 768, 768, "bfloat16", "layer"), (128, 768, 2304, "bfloat16", "layer"),
+    (128, 768, 3072, "bfloat16", "layer+gelu"),
     (128, 3072, 768, "bfloat16", "residual"), (256, 768, 2304, "bfloat16", "layer"),
     (1, 1024, 1536, "bfloat16", "rms"), (8, 1024, 1536, "bfloat16", "rms"), (8, 1024, 5632, "bfloat16", "rms"),
     (8, 2816, 1024, "bfloat16", "residual"), (1024, 768, 3072, "bfloat16", "layer+gelu"),
 ]
 SETS, CALLS, REPLAYS = 4, 10, 50
 # Other tile configs timed beside the rule's: what the rule is checked against.
-CANDIDATES = [kernels_linear_recipe.Tiles(16, 32, 64, 4, 3), kernels_linear_recipe.Tiles(16, 64, 64, 4, 3), kernels_linear_recipe.Tiles(32, 32, 64, 4, 3),
-              kernels_linear_recipe.Tiles(32, 64, 64, 4, 3), kernels_linear_recipe.Tiles(64, 64, 64, 4, 3), kernels_linear_recipe.Tiles(64, 128, 64, 4, 3),
+CANDIDATES = [kernels_linear_recipe.Tiles(16, 32, 64, 4, 3), kernels_linear_recipe.Tiles(16, 64, 64, 4, 3),
+              kernels_linear_recipe.Tiles(32, 32, 64, 4, 3),
+              kernels_linear_recipe.Tiles(32, 64, 64, 4, 3), kernels_linear_recipe.Tiles(64, 64, 64, 4, 3),
+              kernels_linear_recipe.Tiles(64, 128, 64, 4, 3),
               kernels_linear_recipe.Tiles(16, 32, 128, 4, 3), kernels_linear_recipe.Tiles(16, 32, 64, 2, 3)]
 
 # The decode step's linears (K, N, pattern): sample_models/llm_decode.py's sizes, at --rows.
@@ -83,7 +87,8 @@ DOT_CANDIDATES = ((16, 256, 4, 3), (16, 512, 4, 3), (16, 1024, 4, 2), (32, 256, 
 def decode_recipe(m, k, n, pattern) -> kernels_linear_recipe.Recipe:
     """An llm_decode linear: no bias; "addmm": the residual as C; "glu": W of 2N rows."""
     glu = pattern == "glu"
-    return kernels_linear_recipe.Recipe(m=m, n=n, k=k, weight_layout="nk", bias="full" if pattern == "addmm" else None, glu=glu,
+    return kernels_linear_recipe.Recipe(m=m, n=n, k=k, weight_layout="nk", bias="full" if pattern == "addmm" else None,
+                     glu=glu,
                      norm="rms" if pattern in ("rms", "glu") else None, eps=1e-5, norm_weight=pattern != "addmm",
                      norm_bias=False, norm_cast="bfloat16" if pattern != "addmm" else None, extras=(),
                      epilogue=(("t0", "silu", ("acc",)), ("t1", "mul", ("t0", "acc_up"))) if glu else (),
@@ -140,14 +145,17 @@ def reference(r: kernels_linear_recipe.Recipe, t: dict, dtype=None) -> torch.Ten
     return y
 
 
-def fused_kernel(r: kernels_linear_recipe.Recipe, t: dict, directory: Path, config: kernels_linear_recipe.Tiles | None = None):
+def fused_kernel(r: kernels_linear_recipe.Recipe, t: dict, directory: Path,
+                 config: kernels_linear_recipe.Tiles | None = None):
     names = ["x", "w"] + [n for n in ("bias", "norm_weight", "norm_bias", "e0") if n in t]
     specs = {n: g.TensorSpec(tuple(t[n].shape), tuple(t[n].stride()), r.dtype) for n in names + ["out"]}
-    op = g.Extern(op=f"{kernels_linear_recipe.OP}.default", args=(g.Ref("x"), g.Ref("w"), [g.Ref(n) for n in names[2:]], r.to_json()),
+    op = g.Extern(op=f"{kernels_linear_recipe.OP}.default",
+                  args=(g.Ref("x"), g.Ref("w"), [g.Ref(n) for n in names[2:]], r.to_json()),
                   kwargs=(), out="out", writes=())
     kernel, args = fused_linear_kernels.kernel_for(op, specs, config)
     path = directory / f"{kernel.name}.py"
-    path.write_text("import triton\nimport triton.language as tl\n" + "\n".join(KERNEL_PRELUDE) + "\n\n" + kernel.source)
+    path.write_text("import triton\nimport triton.language as tl\n" + "\n".join(KERNEL_PRELUDE) + "\n\n"
+                    + kernel.source)
     spec = importlib.util.spec_from_file_location(kernel.name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -214,7 +222,8 @@ def decode(out: Path | None, row_counts: list[int]) -> None:
             rule = kernels_linear_recipe.tiles(m, n, k, r.dtype)
             gemv = m <= kernels_linear_recipe.GEMV_MAX_ROWS
             for bn, bk, warps, stages in GEMV_CANDIDATES if gemv else DOT_CANDIDATES:
-                config = kernels_linear_recipe.Tiles(kernels_common.next_power_of_2(m) if gemv else 16, bn, min(bk, kernels_common.next_power_of_2(k)), warps,
+                config = kernels_linear_recipe.Tiles(kernels_common.next_power_of_2(m) if gemv else 16, bn,
+                                  min(bk, kernels_common.next_power_of_2(k)), warps,
                                   stages, gemv=gemv)
                 if config == rule or gemv and config.block_m * bn * config.block_k > 32768:
                     continue
@@ -276,7 +285,8 @@ def main() -> None:
                     continue
                 other, _ = fused_kernel(r, sets[0], Path(tmp), config)
                 try:
-                    others[f"{config.block_m}x{config.block_n}x{config.block_k}/{config.num_warps}w"] = round(time_graph(other, sets), 2)
+                    others[f"{config.block_m}x{config.block_n}x{config.block_k}/{config.num_warps}w"] = round(
+                        time_graph(other, sets), 2)
                 except Exception as exc:  # noqa: BLE001 - a config that does not fit (shared memory)
                     others[f"{config.block_m}x{config.block_n}x{config.block_k}"] = type(exc).__name__
             flops = 2 * m * n * k

@@ -383,7 +383,8 @@ def report(result: dict) -> None:
         print("  launch correct: " + ", ".join(f"{k[:-8]} {v}" for k, v in row.items() if k.endswith("_correct")))
     print("\nguards (us per call)")
     for count, r in result["guards"].items():
-        print(f"  {count:>4s} inputs: make_input_check {r['make_guard_us']:8.2f}   check_inputs {r['check_inputs_us']:8.2f}")
+        print(f"  {count:>4s} inputs: make_input_check {r['make_guard_us']:8.2f}   "
+              f"check_inputs {r['check_inputs_us']:8.2f}")
     if result.get("calls"):
         print("\nwhole calls (us per call: host / device)")
         for name, row in result["calls"].items():

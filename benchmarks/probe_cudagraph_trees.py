@@ -58,7 +58,8 @@ def main(case: str) -> None:
     faulthandler.enable()
     model = eager_model()
     with torch.no_grad():
-        ours = importlib.import_module("transformer_block_buckets").load("cuda") if case == "aot" else plain_graphs(model)
+        ours = (importlib.import_module("transformer_block_buckets").load("cuda") if case == "aot"
+                else plain_graphs(model))
         compiled = torch.compile(model, dynamic=True, mode="reduce-overhead")
         for n in (1, 8, 32):
             x = torch.randn(n, 256, 768, device="cuda", dtype=torch.bfloat16)

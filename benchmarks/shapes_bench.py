@@ -55,7 +55,8 @@ def _reference(samples: str) -> dict:
         print(f"torch.compile reference failed ({child.returncode}): {(child.stdout + child.stderr)[-2000:]}")
         return {"rows": {}, "first_call": {}}
     data = json.loads(lines[-1][len("REFERENCE "):])
-    return {"rows": {(m, b): t for m, b, t in data["rows"]}, "first_call": {(m, b): t for m, b, t in data["first_call"]}}
+    return {"rows": {(m, b): t for m, b, t in data["rows"]},
+            "first_call": {(m, b): t for m, b, t in data["first_call"]}}
 
 
 def main() -> None:
@@ -167,7 +168,8 @@ def main() -> None:
     print("|---|---|" + "---|" * (len(columns) + len(ratios)))
     nan = float("nan")
     for r in rows:
-        values = [r.get(c, nan) for c in columns] + [r.get("dynamic_graph_static", nan) / r.get("buckets_graph_static", nan)]
+        values = ([r.get(c, nan) for c in columns]
+                  + [r.get("dynamic_graph_static", nan) / r.get("buckets_graph_static", nan)])
         if args.compile:
             values.append(r.get("compile_dynamic_ro", nan) / r.get("dynamic_graph_static", nan))
         print(f"| {r['model']} | {r['batch']} | " + " | ".join(f"{v:.3f}" for v in values[:len(columns)])

@@ -9,7 +9,8 @@ MODEL: a zoo model (sample_models/zoo/), ``MODEL@BATCH`` for one at another batc
 package ``zoo_MODEL_bBATCH``, built by ``scripts/build_zoo.py MODEL@BATCH``), a sample
 (branches, transformer_block, adam_step, conv_block), or ``full/MODEL``, a full-size model
 (sample_models/full_size/, package ``full_MODEL`` built with ``--weights external``: both sides
-take the weights of the file's model made here). Per model, all in this process, on the file's example inputs drawn with fresh
+take the weights of the file's model made here). Per model, all in this process, on the file's
+example inputs drawn with fresh
 seeds:
 - ``eager``: the file's model with the package's weights, under ``torch.no_grad()``;
 - ``ours_default``: ``pkg.load("cuda")`` called with the caller's tensors (graph mode: copied
@@ -155,7 +156,8 @@ def main() -> None:
                  else f"{'':20}")
         if "ours_static_ms" in r:
             ratio += f" {r['ours_default_ms'] / r['ours_static_ms']:14.2f}"
-        print(f"{r['model']:20} {f('eager_ms')} {f('compile_ro_ms')} {f('ours_default_ms')} {f('ours_static_ms')}  {ratio}")
+        print(f"{r['model']:20} {f('eager_ms')} {f('compile_ro_ms')} {f('ours_default_ms')} "
+              f"{f('ours_static_ms')}  {ratio}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
 
 Each ``sample_models/zoo/<model>.py`` becomes package ``zoo_<model>``, and ``MODEL@BATCH`` (e.g.
 ``dlrm@512``) the model at another batch size, ``get_example_inputs(batch=BATCH)``, as package
-``zoo_<model>_b<BATCH>`` (only the wheel pip picks on the GPU machine is kept: they travel there). ``zoo_build.json`` in the same folder
+``zoo_<model>_b<BATCH>`` (only the wheel pip picks on the GPU machine is kept: they travel there).
+``zoo_build.json`` in the same folder
 records, per model, the build time, wheel size, kernels, our launches per forward and those
 of Inductor's own combo kernels (``torch.compile(options={"combo_kernels": True})``), both
 counted on the traced program (kernel launches + extern calls), and the extern ops called.
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # aotcombo and aotcombo.testing from this checkout
 
 from aotcombo.builder import graph as g  # noqa: E402
-from aotcombo.builder.trace import entry as trace_entry
+from aotcombo.builder.trace import entry as trace_entry  # noqa: E402
 from aotcombo.builder.pipeline import build_package  # noqa: E402
 from aotcombo.errors import BuildError  # noqa: E402
 from aotcombo.testing.zoo import ZOO, at_batch, example_inputs, model_file, package_name  # noqa: E402

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # aotcombo and aotcombo.testing from this checkout
 
 from aotcombo.builder import graph as g  # noqa: E402
-from aotcombo.builder.trace import entry as trace_entry
+from aotcombo.builder.trace import entry as trace_entry  # noqa: E402
 
 from aotcombo.builder.plan import combos as plan  # noqa: E402
 from aotcombo.errors import BuildError  # noqa: E402
@@ -59,7 +59,8 @@ def row(name, factory, supported):
     mine = len(planned.combos) + planned.extern_calls
     inductor = launches(theirs)
     return (
-        f"| {name} | {'yes' if supported else 'NO'} | {test} | {planned.kernel_launches} | {inductor} | {mine} | {NOTES.get(name, '')} |",
+        f"| {name} | {'yes' if supported else 'NO'} | {test} | {planned.kernel_launches} | {inductor} | {mine} | "
+        f"{NOTES.get(name, '')} |",
         (mine, inductor),
     )
 

@@ -10,7 +10,8 @@ shapes: one JSON line per case with the launches per forward, the extern ops, th
 relative L2 error over the outputs, or the error that stopped it. This is how the 2026-11-25
 sweeps found a boolean-mask bug (Falcon), layouts of convolution outputs (SegFormer), CPU
 literals (DeBERTa), OrderedDict outputs (torchvision segmentation), tiled persistent
-reductions (MaxViT) and transformers' use_cache default (Phi-3, Mixtral: an error naming the fix); the cases that earned a
+reductions (MaxViT) and transformers' use_cache default (Phi-3, Mixtral: an error naming the fix);
+the cases that earned a
 place are now zoo models (sample_models/zoo/), checked on the GPU. No GPU needed; a few
 minutes per large vision model (the interpreter is slow).
 """
@@ -173,7 +174,8 @@ CASES = {
                   use_cache=False, attn_implementation="eager"), tokens(mask=False)),
     "t5": (hf("T5Config", "T5ForConditionalGeneration", vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2,
               num_heads=4, relative_attention_num_buckets=8, use_cache=False, decoder_start_token_id=0),
-           lambda: (torch.randint(0, 100, (2, 12)), torch.ones(2, 12, dtype=torch.int64), torch.randint(0, 100, (2, 6)))),
+           lambda: (torch.randint(0, 100, (2, 12)), torch.ones(2, 12, dtype=torch.int64),
+                    torch.randint(0, 100, (2, 6)))),
     "clip": (hf("CLIPConfig", "CLIPModel", projection_dim=16,
                 text_config=dict(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                                  intermediate_size=64, max_position_embeddings=20),

@@ -300,7 +300,7 @@ def document(results: Path) -> str:
          "with CUDA graphs), compile time excluded; ours, the *default* call `y = m(x)` (graph mode, fresh inputs, "
          "outputs the caller may keep) and the *serving path* `m(*m.static_inputs())` with `copy_outputs=False`."),
         "- **Ratios**: *RO / default* is reduce-overhead's time over ours: above 1, ours is faster.",
-        ("- **Correctness** is checked apart: the GPU tests (`tests/test_gpu_*.py`) compare the same packages "
+        ("- **Correctness** is checked apart: the GPU tests (`tests/gpu/`) compare the same packages "
          "with eager; `bench.py` and `shapes_bench.py` also check each variant before timing it. Packages "
          "were built on the GPU-less build machine (torch 2.14) and run under the torch named with each source."),
         "",

@@ -28,7 +28,8 @@ def main(out: Path) -> None:
     from aotcombo.testing.zoo import ZOO, model_file
 
     assert Path(aotcombo.__file__).resolve().is_relative_to(ROOT), f"aotcombo from {aotcombo.__file__}, not {ROOT}"
-    makers = {name: lambda name=name: (model_file(name).get_model().eval(), tuple(model_file(name).get_example_inputs()))
+    makers = {name: lambda name=name: (model_file(name).get_model().eval(),
+                                       tuple(model_file(name).get_example_inputs()))
               for name in ZOO}
     makers.update({name: lambda name=name: load_model_file(ROOT / "sample_models" / f"{name}.py") for name in SAMPLES})
     hashes = {}

@@ -85,7 +85,8 @@ def table(results: Path, device: str, title: str = "The zoo on a GPU") -> str:
         "kernels were unchanged); **wheel**: the platform wheel's size; **private ops**: extern calls outside "
         "torch's public API (a package records them; `load` checks the torch range).",
         "",
-        "| model | dtype | kernels → launches (ours / Inductor combo) | match | eager | RO | ours default | ours static "
+        "| model | dtype | kernels → launches (ours / Inductor combo) | match | eager | RO "
+        "| ours default | ours static "
         "| RO / default | RO / static | floor (MB, GFLOP) | static / floor | build | wheel | private ops |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]

@@ -13,7 +13,7 @@ import torch
 from aotcombo.runtime import cuda
 from aotcombo.runtime.graphs import GraphModel
 from aotcombo.runtime.loader import Package
-from aotcombo.runtime.manifest import Tensor
+from aotcombo.runtime.manifest import Weight
 from aotcombo.testing import manifests
 from aotcombo.testing.gpu import run_threads
 
@@ -116,7 +116,7 @@ def _write_package(root, name, variant):
                            ins=manifests.inputs({"name": "x", "shape": [64, 256], "stride": [256, 1],
                                                  "dtype": "float32"}),
                            variants={key: manifests.variant("program", [kernel])},
-                           tensors=[Tensor("w", "float32", (64, 256))],
+                           tensors=[Weight("w", "float32", (64, 256))],
                            weights_bytes=(pkg / "weights.pt").stat().st_size)
     (pkg / "manifest.json").write_text(m.to_json())
     return pkg, w

@@ -453,7 +453,8 @@ _add("reduce", fn_case(
     [f"{A}::test_reduce_functions", f"{B}::test_reduce_benchmark"]))
 _add("reduce_dynamic", fn_case(
     reduce_fns,
-    lambda seed, batch=10: (lambda d: (d.rand(batch, 10), d.rand(20, 20), d.rand(batch, 10), d.rand(30, 8)))(Draw(seed)),
+    lambda seed, batch=10: (lambda d: (d.rand(batch, 10), d.rand(20, 20), d.rand(batch, 10),
+                                       d.rand(30, 8)))(Draw(seed)),
     [f"{D}::test_dynamic_shapes_reduce"], dynamic=(1, 64), check_batches=(3, 10, 64),
     note="dynamic batch on dim 0 of a and c: the sums over dim 0 reduce over the batch"))
 _add("mutated", fn_case(
@@ -473,7 +474,8 @@ _add("reduce_split", fn_case(
 
 def _blocking_2d(seed, batch=30):
     d = Draw(seed)
-    return (d.rand(batch, 20), d.rand(40, 30), d.rand(36, 40), d.rand(batch, 20), d.rand(30, 40).t(), d.rand(40, 36).t())
+    return (d.rand(batch, 20), d.rand(40, 30), d.rand(36, 40), d.rand(batch, 20), d.rand(30, 40).t(),
+            d.rand(40, 36).t())
 
 
 _add("blocking_2d", fn_case(
@@ -536,7 +538,8 @@ _add("per_config_per", fn_case(
 _add("per_config_red_per", fn_case(
     row_sums, _shapes((512, 128), (256, 2048), kind="randn"), [f"{A}::test_combo_kernel_per_config_subkernel_red_per"]))
 _add("per_config_red", fn_case(
-    sums_0_2, _shapes((32, 64, 128), (32, 64, 128), kind="randn"), [f"{A}::test_combo_kernel_per_config_subkernel_red"]))
+    sums_0_2, _shapes((32, 64, 128), (32, 64, 128), kind="randn"),
+    [f"{A}::test_combo_kernel_per_config_subkernel_red"]))
 
 
 def _r0_r1_inputs(seed):
@@ -626,7 +629,8 @@ _add("sums_dim2_dynamic", fn_case(
     [f"{D}::test_dynamic_shapes_persistent_reduction_no_x_dim_2"], dynamic=(1, 256), check_batches=(1, 8, 256),
     note="dynamic batch on dim 0 of x and y (PyTorch also makes dim 1 dynamic)"))
 _add("sum_mean_max_dynamic", fn_case(
-    sum_mean_max, lambda seed, batch=32: (lambda d: (d.rand(16, 128), d.rand(batch, 128), d.rand(batch, 256)))(Draw(seed)),
+    sum_mean_max,
+    lambda seed, batch=32: (lambda d: (d.rand(16, 128), d.rand(batch, 128), d.rand(batch, 256)))(Draw(seed)),
     [f"{D}::test_dynamic_shapes_persistent_reduction_mixed_x_dim_cuda",
      f"{D}::test_dynamic_shapes_persistent_reduction_mixed_x_dim_xpu"],
     dynamic=(1, 256), check_batches=(1, 32, 256),
@@ -655,7 +659,8 @@ _add("relu_sigmoid_1024", fn_case(
          "the training-forward one uses requires_grad inputs (aotcombo packages inference)"))
 _add("sum_mean_32x1024", fn_case(
     sum_mean_rows, _shapes((32, 1024), (32, 1024)),
-    [f"{PDL}::test_pdl_combo_kernel_reduction", f"{META}::test_combo_reduction_combo_grid_meta_has_per_subkernel_fields",
+    [f"{PDL}::test_pdl_combo_kernel_reduction",
+     f"{META}::test_combo_reduction_combo_grid_meta_has_per_subkernel_fields",
      f"{META}::test_combo_reduction_deterministic_has_contiguous_rdim_per_subkernel"]))
 _add("activations_max_autotune", fn_case(
     activations, _shapes((32, 1024), (64, 512), (16, 2048)), [f"{MAX}::test_combo_kernel_max_autotune"],

@@ -42,7 +42,8 @@ def broadcasting():
 
 def dtype_mix():
     def fn(m, a, b, c, d, e):
-        return (a.float() + b.float() * 2, (c > 0) & (e != 0), d * a.double(), (a.to(torch.bfloat16) * c).to(torch.float16))
+        return (a.float() + b.float() * 2, (c > 0) & (e != 0), d * a.double(),
+                (a.to(torch.bfloat16) * c).to(torch.float16))
     return Lambda(fn), (
         _randn(128, dtype=torch.float16),
         _randn(128, dtype=torch.bfloat16, seed=1),
@@ -230,7 +231,8 @@ def buffers_and_constants():
             self.scale = 2.5
 
         def forward(self, x):
-            return x * self.persistent + self.scratch * self.scale + torch.tensor([1.0, 2.0, 3.0], device=x.device).repeat(4)
+            return (x * self.persistent + self.scratch * self.scale
+                    + torch.tensor([1.0, 2.0, 3.0], device=x.device).repeat(4))
 
     return M(), (_randn(12, seed=2),)
 
@@ -253,7 +255,8 @@ SUPPORTED = {
     f.__name__: f
     for f in (
         pointwise_1d, pointwise_2d_transposed, pointwise_3d_permuted, broadcasting, dtype_mix, zero_dim,
-        reductions, looped_inner_reduction, outer_reduction, split_reduction, mixed_order_reduction, welford, batch_norm_eval, scan, sort,
+        reductions, looped_inner_reduction, outer_reduction, split_reduction, mixed_order_reduction, welford,
+        batch_norm_eval, scan, sort,
         many_independent_reductions_and_pointwise, mixed_tiling_combo, inplace_input_mutation, aliasing_outputs,
         as_strided_output, nested_outputs, indexing, scatter_index_put, cat_stack_split_pad, matmuls, convolution,
         attention, attention_fp32_mask, aten_fallback, buffers_and_constants,

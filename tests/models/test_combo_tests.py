@@ -58,7 +58,8 @@ def test_every_pytorch_test_is_ported_or_explained():
     assert len(mapped) == len(set(mapped)), "a PyTorch test is mapped to two cases"
     assert set(mapped) <= set(M.PYTORCH_TESTS), set(mapped) - set(M.PYTORCH_TESTS)
     assert not set(mapped) & set(M.NOT_PORTED)
-    assert set(mapped) | set(M.NOT_PORTED) == set(M.PYTORCH_TESTS), set(M.PYTORCH_TESTS) - set(mapped) - set(M.NOT_PORTED)
+    assert set(mapped) | set(M.NOT_PORTED) == set(M.PYTORCH_TESTS), (
+        set(M.PYTORCH_TESTS) - set(mapped) - set(M.NOT_PORTED))
     assert len(M.PYTORCH_TESTS) == len(set(M.PYTORCH_TESTS))
 
 

@@ -42,7 +42,8 @@ def check(got, ref, strides=None):
     assert got_spec == ref_spec
     for i, (g, r) in enumerate(zip(got_leaves, ref_leaves)):
         stride = strides[i] if strides else r.stride()
-        assert g.shape == r.shape and g.dtype == r.dtype and g.stride() == stride, (g.shape, r.shape, g.stride(), stride)
+        assert g.shape == r.shape and g.dtype == r.dtype and g.stride() == stride, (
+            g.shape, r.shape, g.stride(), stride)
         if not r.is_floating_point():
             assert torch.equal(g, r)
         else:

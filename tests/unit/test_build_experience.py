@@ -388,7 +388,8 @@ def _jobs(builds) -> list:
     variant = builds[0].variants[0]
     combo = variant.plan.combos[0]
     signature, aligned = codegen_combo.combo_signature(combo)
-    return [compile_triton_job.Job(f"sm_{arch}/{combo.name}", codegen_combo.render_combo(combo, pdl=arch >= codegen_combo.PDL_MIN_ARCH),
+    return [compile_triton_job.Job(f"sm_{arch}/{combo.name}",
+                         codegen_combo.render_combo(combo, pdl=arch >= codegen_combo.PDL_MIN_ARCH),
                          combo.name, tuple(signature.items()), tuple(aligned), arch, combo.num_warps)
             for arch in (80, 86, 89, 90)]
 
@@ -606,7 +607,8 @@ def test_cache_command(builds, cache_dir, tmp_path, monkeypatch, capsys):
     assert out[0] == str(copy) and out[1].startswith("  kernels: ") and not out[1].startswith("  kernels: 0 ")
     assert main(["cache", "--clear"]) == 0
     assert "cleared" in capsys.readouterr().err
-    assert cache_mod.Cache(copy).usage() == {"kernels": {"entries": 0, "bytes": 0}, "traces": {"entries": 0, "bytes": 0}}
+    assert cache_mod.Cache(copy).usage() == {"kernels": {"entries": 0, "bytes": 0},
+                                             "traces": {"entries": 0, "bytes": 0}}
 
 
 def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):

@@ -150,7 +150,8 @@ def test_bad_arch(capsys, mlp, tmp_path, arch, fragment):
 
 
 @pytest.mark.parametrize("option, value, fragment", [("--name", "os", "cannot be a package name"),
-                                                     ("--version-tag", "v1 final", "not a valid Python package version"),
+                                                     ("--version-tag", "v1 final",
+                                                      "not a valid Python package version"),
                                                      ("--jobs", "0", "need at least 1")])
 def test_bad_option(capsys, mlp, tmp_path, option, value, fragment):
     code, _, err = run(capsys, mlp, option, value, "--out", tmp_path / "out")
@@ -166,7 +167,8 @@ def test_wrong_torch_version(capsys, mlp, tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "__version__", "2.13.0")
     code, _, err = run(capsys, mlp, "--out", tmp_path / "out")
     assert code == 6
-    assert_one_error(err, "builds with torch 2.14.x", "this environment has torch 2.13.0", "pip install 'torch==2.14.*'")
+    assert_one_error(err, "builds with torch 2.14.x", "this environment has torch 2.13.0",
+                     "pip install 'torch==2.14.*'")
     assert_nothing_written(tmp_path / "out")
 
 
@@ -254,7 +256,8 @@ def _broken(render):
     def render_combo(combo, **options):
         source = render(combo, **options)
         # A statement Triton rejects: arange needs a power-of-two range.
-        return source.replace("    pid = tl.program_id(0)\n", "    pid = tl.program_id(0)\n    _bad = tl.arange(0, 3)\n", 1)
+        return source.replace("    pid = tl.program_id(0)\n",
+                              "    pid = tl.program_id(0)\n    _bad = tl.arange(0, 3)\n", 1)
 
     return render_combo
 

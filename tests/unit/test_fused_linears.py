@@ -226,10 +226,12 @@ def test_at_4_rows_the_linears_are_long_k_tiles(tmp_path):
 
 def test_the_tile_rule():
     Tiles = kernels_linear_recipe.Tiles
-    assert kernels_linear_recipe.tiles(34, 576, 192, "bfloat16") == Tiles(16, 32, 64, 4, 3)  # ViT-tiny's qkv: 54 programs
+    # ViT-tiny's qkv: 54 programs
+    assert kernels_linear_recipe.tiles(34, 576, 192, "bfloat16") == Tiles(16, 32, 64, 4, 3)
     assert kernels_linear_recipe.tiles(128, 128, 128, "bfloat16") == Tiles(16, 32, 128, 4, 3)  # k in one step
     assert kernels_linear_recipe.tiles(16, 1536, 1024, "bfloat16") == Tiles(16, 32, 128, 4, 3)  # 96 programs
-    assert kernels_linear_recipe.tiles(1, 1536, 1024, "bfloat16") == Tiles(1, 4, 1024, 4, 3, gemv=True)  # batch-1 decode
+    # batch-1 decode
+    assert kernels_linear_recipe.tiles(1, 1536, 1024, "bfloat16") == Tiles(1, 4, 1024, 4, 3, gemv=True)
     assert kernels_linear_recipe.tiles(1, 1024, 2816, "bfloat16") == Tiles(1, 4, 1024, 4, 3, gemv=True)  # 3 k steps
     assert kernels_linear_recipe.tiles(8, 1536, 1024, "bfloat16") == Tiles(16, 32, 256, 4, 3)  # batch 8: long k steps
     assert kernels_linear_recipe.tiles(1, 1536, 1024, "float32") == Tiles(1, 4, 1024, 4, 3, gemv=True)

@@ -256,7 +256,8 @@ def test_get_model_returns_the_class(tmp_path):
 
 
 def test_get_example_inputs_raises(tmp_path):
-    path = write(tmp_path, GOOD.replace("return (torch.randn(2, 8),)", "return (torch.randn(2, 8) @ torch.randn(3, 3),)"))
+    path = write(tmp_path, GOOD.replace("return (torch.randn(2, 8),)",
+                                        "return (torch.randn(2, 8) @ torch.randn(3, 3),)"))
     msg = load_error(path).message
     assert "get_example_inputs() raised RuntimeError" in msg and "torch.randn(3, 3)" in msg
 
@@ -288,7 +289,8 @@ def test_parameters_not_on_cpu(tmp_path):
 def test_buffer_not_on_cpu(tmp_path):
     path = write(
         tmp_path,
-        GOOD.replace("return Net()", "n = Net()\n    n.register_buffer('scale', torch.ones(1, device='meta'))\n    return n"),
+        GOOD.replace("return Net()",
+                     "n = Net()\n    n.register_buffer('scale', torch.ones(1, device='meta'))\n    return n"),
     )
     msg = load_error(path).message
     assert "buffer scale" in msg and "meta" in msg

@@ -91,7 +91,8 @@ def test_compiles_without_warnings_against_the_limited_api(filename, tmp_path):
     source = native.SOURCES[filename]
     assert b"#define Py_LIMITED_API 0x030A0000" in source.read_bytes()
     assert "-Werror=implicit-function-declaration" in native.FLAGS
-    run = subprocess.run([*native.compiler(), *native.FLAGS, "-Wextra", "-Werror", "-I" + sysconfig.get_paths()["include"],
+    run = subprocess.run([*native.compiler(), *native.FLAGS, "-Wextra", "-Werror",
+                          "-I" + sysconfig.get_paths()["include"],
                           str(source), "-o", str(tmp_path / filename)], capture_output=True, text=True)
     assert run.returncode == 0 and run.stderr == "", run.stderr
 

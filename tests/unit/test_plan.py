@@ -83,7 +83,9 @@ def test_write_after_read_is_a_dependency():
     x = b.input()
     buf = b.launch(pointwise("make"), [x])
     b.launch(pointwise("reader"), [buf])
-    inplace = g.Kernel(**{**pointwise("writer").__dict__, "signature": (("in_out_ptr0", "*fp32"), ("xnumel", "i32"), ("XBLOCK", "constexpr")), "mutated": ("in_out_ptr0",)})
+    inplace = g.Kernel(**{**pointwise("writer").__dict__,
+                          "signature": (("in_out_ptr0", "*fp32"), ("xnumel", "i32"), ("XBLOCK", "constexpr")),
+                          "mutated": ("in_out_ptr0",)})
     b.kernels[inplace.name] = inplace
     b.ops.append(g.Launch("writer", (g.Ref(buf), 1024)))
     plan = make_plan(b.graph([buf]))

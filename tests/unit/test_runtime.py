@@ -368,7 +368,8 @@ def _graph_model(copy_outputs=True, guard=True, log=None, fail=False):
         return {"y": (inputs[0] * 2, None)}
 
     model = SimpleNamespace(name="m", variant="sm_90", device=CPU, weights=[], specs=specs, mutated=(), names=["x"],
-                            batch_range=None, input_check=make_input_check(specs, CPU, exact_layout=False) if guard else None,
+                            batch_range=None,
+                            input_check=make_input_check(specs, CPU, exact_layout=False) if guard else None,
                             kernels=[], state_buffers=None, run=run, context=1)
 
     def capturer(run, inputs, device, pool, state):
@@ -700,7 +701,8 @@ def test_check_torch_range(version, ok):
     if ok:
         package.check_torch(m, version)
     else:
-        with pytest.raises(RuntimeError, match=rf"runs on torch 2\.11 to 2\.14, and this is torch {re.escape(version)}"):
+        with pytest.raises(RuntimeError,
+                           match=rf"runs on torch 2\.11 to 2\.14, and this is torch {re.escape(version)}"):
             package.check_torch(m, version)
 
 

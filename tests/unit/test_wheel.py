@@ -60,7 +60,8 @@ def torch_only_venv(tmp_path_factory):
     root = tmp_path_factory.mktemp("venv")
     venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
     python = root / "bin" / "python"
-    site = Path(subprocess.check_output([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip())
+    site = Path(subprocess.check_output([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                        text=True).strip())
     here = Path(sysconfig.get_paths()["purelib"])
     for entry in here.iterdir():
         top = entry.name.split("-")[0].split(".")[0].lower()
@@ -130,7 +131,8 @@ def test_installs_and_imports_without_the_build_toolchain(built, torch_only_venv
         "        __import__(banned); print('HAS', banned)\n"
         "    except ImportError: pass\n"
         "t = time.perf_counter(); import smallpkg; dt = time.perf_counter() - t\n"
-        "print('imported', [m for m in ('triton', 'jinja2', 'sympy', 'aotcombo') if m in sys.modules], f'{dt*1e3:.1f}ms')\n"
+        "print('imported', [m for m in ('triton', 'jinja2', 'sympy', 'aotcombo') if m in sys.modules], "
+        "f'{dt*1e3:.1f}ms')\n"
         "print(smallpkg.manifest.name, smallpkg.__doc__.splitlines()[0])\n"
         "from smallpkg._runtime import cuda\n"
         "print('launcher', cuda.launcher.__name__, cuda._launch and cuda._launch.__file__.rsplit('/', 1)[1])\n"
@@ -175,7 +177,8 @@ def test_project_wheel_ships_templates_and_runtime(tmp_path):
     names = zipfile.ZipFile(built).namelist()
     for template in ("combo_kernel.py.j2", "program.py.j2", "package_init.py.j2"):
         assert f"aotcombo/templates/{template}" in names
-    sources = {p.relative_to(ROOT).as_posix() for p in (ROOT / "aotcombo").rglob("*.py") if "__pycache__" not in p.parts}
+    sources = {p.relative_to(ROOT).as_posix() for p in (ROOT / "aotcombo").rglob("*.py")
+               if "__pycache__" not in p.parts}
     assert sources - set(names) == set()  # every subpackage is listed in pyproject.toml
     assert "aotcombo/runtime/_launch.c" in names  # aotcombo.builder.compile.native compiles it when it writes a wheel
 
