@@ -13,7 +13,7 @@ sets each layer's length to ``cache_position[0]`` and returns the logits [1, T, 
     aotcombo build sample_models/llama_static_cache.py --arch sm_90 --out dist/
 
 ``get_model(family=...)`` builds the same step for other decoder families of the same size
-(``FAMILIES``; tests/test_state.py checks each): Qwen2 (biased q/k/v), Mistral and Gemma 2/3
+(``FAMILIES``; tests/unit/test_state.py checks each): Qwen2 (biased q/k/v), Mistral and Gemma 2/3
 with a sliding window of ``WINDOW`` positions (Gemma 2: softcapped logits, eager attention, as
 it has no sdpa; Gemma 3: q/k norms), Phi-3 (fused qkv and gate/up), Gemma (head_dim 16, (1 +
 w) norms). For sliding layers the wrapper swaps transformers' ``StaticSlidingWindowLayer``
