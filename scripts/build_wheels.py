@@ -5,7 +5,8 @@
 The four sample models (sm_80, sm_90); unless --samples-only, each sample again
 with batch buckets (<sample>_buckets: --batch 1,2,4,8,16,32 --pad) and with a
 dynamic batch (<sample>_dynamic: --dynamic batch=1:256), all sm_90, and one
-package per construct of tests/models/coverage_models.py named cov_<construct> (sm_90).
+package per construct of tests/models/coverage_models.py named cov_<construct> (sm_90), and
+sample_models/sampling_head.py at batch 1 and 16 (sm_90).
 --shapes-only builds just the bucket and dynamic ones.
 """
 
@@ -42,6 +43,15 @@ def build_shapes(out: Path) -> None:
                   flush=True)
 
 
+def build_sampling_head(out: Path) -> None:
+    """sample_models/sampling_head.py at batch 1 and 16 (tests/gpu/test_gpu_sampling_head.py)."""
+    path = ROOT / "sample_models" / "sampling_head.py"
+    model, inputs = load_model_file(path)
+    result = build(model, inputs, arch=["sm_90"], name="sampling_head", out=out,
+                   make_inputs=batch_inputs_function(path), shapes=Buckets((1, 16)))
+    print(keep_one(result).name, flush=True)
+
+
 def keep_one(result) -> Path:
     """The wheel pip picks on the GPU machine (the native one; the pure one where none was
     built): only that one travels."""
@@ -67,6 +77,7 @@ def main() -> None:
     if args.samples_only:
         return
     build_shapes(out)
+    build_sampling_head(out)
     from aotcombo.testing.corpora import coverage_models as corpus
 
     coverage_models = corpus()

@@ -27,6 +27,7 @@ OUTER_REDUCTION = (64, 8)  # (XBLOCK, R0_BLOCK)
 DEFAULT_REDUCTION = (8, 512)
 ELEMENTS_PER_WARP = 256  # 8 elements per thread
 MAX_WARPS = 8
+MIN_SPLIT_SCAN_BLOCK = 256  # Inductor sizes a split scan's workspace for blocks of at least this
 
 @dataclass(frozen=True)
 class Blocks:
@@ -139,8 +140,24 @@ def choose(kernel: Kernel) -> Blocks:
         cdiv(y, block.get("YBLOCK", 1)) if "y" in numel else 1,
         cdiv(z, block.get("ZBLOCK", 1)) if "z" in numel else 1,
     )
+    if kernel.heuristic == "split_scan":
+        axes = _split_scan_axes(kernel, block, x, r0)
     elements = math.prod(v for k, v in block.items() if k in ("XBLOCK", "YBLOCK", "ZBLOCK", "R0_BLOCK", "R1_BLOCK"))
     ordered = tuple((p, sizes[p]) for p in kernel.block_params)
     dynamic_axes = tuple((axis, name, block.get(f"{name.upper()}BLOCK", 1))
                          for axis, name in enumerate("xyz") if name in kernel.dynamic_numels)
     return Blocks(constexprs=ordered, axes=axes, num_warps=_warps(elements), dynamic_axes=dynamic_axes)
+
+
+def _split_scan_axes(kernel: Kernel, block: dict, x: int, r0: int) -> tuple[int, int, int]:
+    """A split scan (a cumsum too long for one block: a 128k vocabulary's) walks its row in
+    blocks of R0_BLOCK along x, one row per program along y, and hands each block's total on
+    through a workspace (decoupled look-back), which Inductor sized for blocks of at least
+    ``MIN_SPLIT_SCAN_BLOCK`` elements (``triton.min_split_scan_rblock``)."""
+    rblock = block.get("R0_BLOCK", 0)
+    if kernel.dynamic_numels or block.get("XBLOCK", 1) != 1 or rblock < MIN_SPLIT_SCAN_BLOCK:
+        raise UnsupportedModelError(
+            f"kernel {kernel.name} is a split scan aotcombo cannot size (rows {x}, {r0} elements each"
+            f"{', over the dynamic batch' if kernel.dynamic_numels else ''})",
+            fix="build with --batch buckets instead of --dynamic, or report it with the model")
+    return cdiv(r0, rblock), x, 1

@@ -10,6 +10,9 @@ import torch
 from ...errors import UnsupportedModelError
 
 _DEVICE_COPY = re.compile(r"^(\w+)\.copy_\((\w+)(?:, (?:True|False))?\)$")
+# A workspace zeroed before the kernel that accumulates into it (a multi-block scan or sort:
+# a cumsum over a 128k vocabulary), ``workspace_0.zero_()``.
+_ZERO = re.compile(r"^(\w+)\.zero_\(\)$")
 # A mixed-order reduction's last step, which Inductor writes as text: the kernel leaves one
 # partial result per split of the rows in a float32 workspace, and the wrapper reduces them,
 #   buf1 = workspace_0[0 * (n) * (r) : (0 + 1) * (n) * (r)].view(n, r).sum(dim=0).view([r]).to(torch.bfloat16)
@@ -56,7 +59,8 @@ def _size_expr(text: str, symbols: dict):
 
 def structured_lines(lines):
     """The wrapper writes a few steps as plain text, which its FX converter rejects; give
-    them line types it can read: device copies (a lifted constant moved to the GPU) and
+    them line types it can read: device copies (a lifted constant moved to the GPU), a
+    workspace zeroed before a kernel accumulates into it, and
     the final step of a mixed-order reduction (see ``_MIX_ORDER_FINAL``); comments are
     dropped. Any other text line fails the build, naming the line."""
     from torch._inductor.codegen.wrapper import WrapperLine
@@ -69,6 +73,17 @@ def structured_lines(lines):
             def emit(line):
                 nodes = converter.buffer_to_node
                 converter.gm.graph.call_function(torch.ops.aten.copy_.default, args=(nodes[line.dst], nodes[line.src]))
+
+            return emit
+
+    class ZeroLine(WrapperLine):
+        def __init__(self, buffer: str):
+            self.buffer = buffer
+
+        def codegen_fx(self, converter):
+            def emit(line):
+                converter.gm.graph.call_function(torch.ops.aten.zero_.default,
+                                                 args=(converter.buffer_to_node[line.buffer],))
 
             return emit
 
@@ -125,6 +140,8 @@ def structured_lines(lines):
             text = line.strip()
             if match := _DEVICE_COPY.match(text):
                 line = CopyLine(match.group(1), match.group(2))
+            elif match := _ZERO.match(text):
+                line = ZeroLine(match.group(1))
             elif match := _MIX_ORDER_FINAL.match(text):
                 line = MixOrderFinalLine(text, match)
             elif not text or text.startswith("#"):
