@@ -27,7 +27,7 @@ from .cache.store import Cache
 from .codegen.check import check_on_meta
 from .codegen.combo import PDL_MIN_ARCH, render_combo
 from .codegen.program import render_program
-from .compile.jobs import Jobs
+from .compile.jobs import Jobs, label
 from .compile.scheduler import Scheduler, default_jobs
 from .inputs import shapes as shapes_mod
 from .inputs.environment import check_environment
@@ -73,7 +73,8 @@ class Build:
     keys: dict = field(default_factory=dict)  # batch -> arch -> trace cache key
     jobs: Jobs | None = None
     variants: list[VariantBuild] = field(default_factory=list)
-    weights: dict | None = None  # weight name -> the model's tensor
+    weights: dict | None = None  # weight name -> the model's tensor, every weight the trace found
+    named: dict = field(default_factory=dict)  # the weights the program takes, in its order
     checked: set = field(default_factory=set)  # programs checked on meta tensors
     wheels: list[Path] = field(default_factory=list)
     manifest: Manifest | None = None
@@ -129,8 +130,6 @@ def _variants(build: Build) -> None:
 
 def _compile(build: Build) -> None:
     """Every distinct kernel to cubin and PTX: cache hits, then a process pool or this process."""
-    from .compile.jobs import label
-
     what = build.jobs.describe(build.variants, build.options.archs)
     with build.reporter.stage(f"compile {what}", timing_key="compile"):
         binaries = build.jobs.finish()
@@ -141,7 +140,8 @@ def _compile(build: Build) -> None:
 def _package(build: Build) -> None:
     """The manifest, the weights the package holds, and the wheels."""
     options = build.options
-    named = {i.key: build.weights[i.key] for i in build.variants[0].plan.graph.inputs if i.kind == "weight"}
+    named = build.named = {i.key: build.weights[i.key] for i in build.variants[0].plan.graph.inputs
+                           if i.kind == "weight"}
     with build.reporter.stage("package wheel", timing_key="package"):
         external, packaged, rows = weights_policy.split(build.model, named, options.weights)
         contents = assemble(options.name, options.version, options.archs, build.shapes, build.variants, named,
@@ -187,8 +187,7 @@ def build_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]
     cache = {"enabled": build.cache.enabled, "dir": str(build.cache.root) if build.cache.enabled else None,
              "traces_cached": sum(v.trace_cached for v in build.variants), "traces": len(build.variants),
              "kernels_cached": scheduler.cached, "kernels_compiled": scheduler.compiled}
-    weight_tensors = [build.weights[i.key] for i in build.variants[0].plan.graph.inputs if i.kind == "weight"]
-    return BuildResult(wheel=build.wheels[0], variants=build.variants, weights=weight_tensors,
+    return BuildResult(wheel=build.wheels[0], variants=build.variants, weights=list(build.named.values()),
                        manifest=build.manifest, timings=timings, wheels=build.wheels, cache=cache)
 
 

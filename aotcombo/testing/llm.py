@@ -8,19 +8,14 @@ file's (seed 0), made here and passed to ``load(weights=...)``.
 
 from __future__ import annotations
 
-import importlib.util
-
 import torch
 
-from .paths import sample_models
+from .paths import sample_model
 
 
 def sample(name: str = "llm_decode"):
     """The model file ``sample_models/<name>.py`` as a module (it shares its package's name)."""
-    spec = importlib.util.spec_from_file_location(f"{name}_sample", sample_models(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return sample_model(name)
 
 
 class Packaged:

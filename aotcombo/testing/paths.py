@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,3 +22,12 @@ def checkout() -> Path:
 def sample_models(*parts: str) -> Path:
     """``sample_models/<parts...>`` of the source checkout."""
     return checkout().joinpath("sample_models", *parts)
+
+
+def sample_model(name: str) -> ModuleType:
+    """The model file ``sample_models/<name>.py`` as a module of its own name (``<name>_sample``):
+    the package built from it takes ``<name>``."""
+    spec = importlib.util.spec_from_file_location(f"{name}_sample", sample_models(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

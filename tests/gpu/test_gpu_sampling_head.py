@@ -5,19 +5,13 @@ on a GPU (decoupled look-back), where the interpreter runs them one after the ot
 
 Package: ``aotcombo build sample_models/sampling_head.py --batch 1,16 --arch sm_90``."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
 from aotcombo.testing.gpu import import_package
+from aotcombo.testing.paths import sample_model
 
-# The model file under a name of its own: the package built from it is ``sampling_head``.
-_spec = importlib.util.spec_from_file_location(
-    "_sample_sampling_head", Path(__file__).resolve().parents[2] / "sample_models" / "sampling_head.py")
-sampling_head = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sampling_head)
+sampling_head = sample_model("sampling_head")  # the model file; the package is ``sampling_head``
 
 pytestmark = pytest.mark.gpu
 

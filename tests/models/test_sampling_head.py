@@ -3,20 +3,14 @@ equal eager's for the same noise. Its cumulative sum over the vocabulary is a sp
 along the row handing their sums on through a zeroed workspace): the wrapper's
 ``workspace_0.zero_()`` is packaged, and the scan's grid has a program per block of each row."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
 from aotcombo.builder.pipeline import build_package
+from aotcombo.testing.paths import sample_model
 from aotcombo.tools import interpret
 
-# The model file under a name of its own: the package built from it is ``sampling_head``.
-_spec = importlib.util.spec_from_file_location(
-    "_sample_sampling_head", Path(__file__).resolve().parents[2] / "sample_models" / "sampling_head.py")
-sampling_head = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sampling_head)
+sampling_head = sample_model("sampling_head")  # the model file; the package is ``sampling_head``
 
 VOCAB = 32768  # the smallest power of two whose scan Inductor splits; the file's default is 128256
 

@@ -3,6 +3,8 @@ sources import, and the config modules whose settings change a trace (the cache 
 
 from __future__ import annotations
 
+import functools
+
 SUPPORTED_TORCH = "2.14"
 
 # What Inductor's kernel sources import: the combo-kernel modules start with
@@ -63,6 +65,7 @@ def trace_config_changes() -> dict[str, dict | None]:
 # Properties of a representative part for each arch. Inductor reads the SM
 
 
+@functools.cache
 def op_types() -> tuple[type, ...]:
     """The types of torch's operator objects (``torch.ops.aten.add`` and its overloads)."""
     import torch
