@@ -3,12 +3,15 @@
     import aotcombo
     wheel = aotcombo.build(model, example_inputs, arch=["sm_80", "sm_90"], name="mymodel", out="dist")
     wheel = aotcombo.build(model, example_inputs, shapes=aotcombo.Buckets((1, 2, 4, 8), pad=True))
+    wheel = aotcombo.build(model, example_inputs, shapes=aotcombo.Dynamic(batch=(1, 32), seq=(1, 512)),
+                           dynamic_axes={"input_ids": {0: "batch", 1: "seq"}})
     info = aotcombo.inspect(wheel)          # archs, kernels, combos, launches per forward, ...
 
 ``aotcombo.build(...)`` returns the path of the wheel that installs anywhere;
 ``aotcombo.build_package(...)`` takes the same arguments and returns the detailed
 ``BuildResult`` (every wheel written, the manifest, plans, sources, timings). Shape modes:
-``Static()`` (the default), ``Buckets(sizes, pad=False)``, ``Dynamic(min, max)``. Importing
+``Static()`` (the default), ``Buckets(sizes, pad=False)``, ``Dynamic(batch=(MIN, MAX), ...)``
+(named axes other than the batch need ``dynamic_axes``, torch.onnx.export's form). Importing
 ``aotcombo`` is cheap: torch, triton and Inductor load on first use.
 """
 
@@ -32,7 +35,8 @@ def build(model, example_inputs, **options):
     """Build wheels of ``model`` for ``example_inputs``' shapes; returns the pure wheel's path.
 
     Options are ``BuildOptions.checked``'s: arch, name, out, version, dispatch, shapes, cache,
-    jobs, native; and ``build_package``'s: reporter, model_file, make_inputs."""
+    jobs, native, weights, pdl; and ``build_package``'s: reporter, model_file, make_inputs,
+    dynamic_axes."""
     from .builder.pipeline import build_package
 
     return build_package(model, example_inputs, **options).wheel

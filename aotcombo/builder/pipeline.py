@@ -67,6 +67,7 @@ class Build:
     model_file: str | Path | None
     make_inputs: Callable | None
     scratch: Path  # the build's temporary folder
+    dynamic_axes: dict | None = None  # the model's named axes: {input name: {dim: axis}}
     cache: Cache | None = None
     by_batch: dict = field(default_factory=dict)  # batch (None: one shape) -> example inputs at it
     shapes: object = None  # the manifest's ShapeMode
@@ -90,7 +91,7 @@ def _inputs(build: Build) -> None:
     build.cache = Cache.from_options(build.options.cache, warn=build.reporter.warning)
     build.model = build.model.eval()
     build.by_batch, build.shapes = shapes_mod.specialize(build.model, build.example_inputs, build.options.shapes,
-                                                         build.make_inputs, build.reporter)
+                                                         build.make_inputs, build.reporter, build.dynamic_axes)
     # Before any trace: a trace imports Inductor, whose configs are part of the key once imported.
     build.keys = {b: trace_keys(build.model, inputs, build.options.archs, build.cache, build.model_file,
                                 build.reporter, build.dynamic) for b, inputs in build.by_batch.items()}
@@ -163,19 +164,21 @@ STAGES: tuple[tuple[str, Callable[[Build], None]], ...] = (
 
 def build_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], options: BuildOptions | None = None,
                   *, reporter: Reporter | None = None, model_file: str | Path | None = None, make_inputs=None,
-                  **keywords) -> BuildResult:
+                  dynamic_axes: dict | None = None, **keywords) -> BuildResult:
     """Build installable wheels of ``model`` for ``example_inputs``' shapes.
 
     ``options``: a ``BuildOptions``, or its fields as keywords (``arch``, ``name``, ``out``,
     ``version``, ``dispatch``, ``shapes``, ``cache``, ``jobs``, ``native``, ``weights``: see
     ``BuildOptions.checked``). ``model_file``: the file the model came from, part of the
     trace cache key. ``make_inputs(batch)``: the example inputs at a batch size (default:
-    cut or tiled from ``example_inputs``; see ``inputs/shapes``)."""
+    cut or tiled from ``example_inputs``; see ``inputs/shapes``). ``dynamic_axes``: the axes
+    ``Dynamic`` shapes may name, ``{input name: {dim: axis name}}`` (``inputs/axes``)."""
     started = time.perf_counter()
     options = options or BuildOptions.checked(**keywords)
     reporter = reporter or Reporter(quiet=True)
     with tempfile.TemporaryDirectory(prefix="aotcombo-build-") as scratch:
-        build = Build(model, _tensors(example_inputs), options, reporter, model_file, make_inputs, Path(scratch))
+        build = Build(model, _tensors(example_inputs), options, reporter, model_file, make_inputs, Path(scratch),
+                      dynamic_axes=dynamic_axes)
         try:
             for _name, stage in STAGES:
                 stage(build)

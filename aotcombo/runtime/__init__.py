@@ -5,8 +5,8 @@ variant for the GPU, loads its kernels through the CUDA driver API (``cuda``, ct
 the weights to the device once, and returns a model: by default a ``GraphModel`` that
 replays the whole forward as one CUDA graph (graphs.py; captured at its second call, the
 first runs op by op), else a ``Model`` that runs the package's generated program op by op;
-a package built for several batch sizes gives a ``BucketedModel`` (buckets.py) or, with a
-dynamic batch, a ``GraphPerSize`` (a graph per batch size). Calls check the inputs against
+a package built for several batch sizes gives a ``BucketedModel`` (buckets.py) or, with
+dynamic axes, a ``GraphPerSize`` (per_size.py: a graph per distinct sizes). Calls check the inputs against
 the manifest first. Which path a call takes, and what each costs: graphs.py and
 docs/architecture.md. torch's private API is used in torch_private.py only.
 """
@@ -15,15 +15,15 @@ import importlib
 
 _EXPORTS = {
     "BucketedModel": "buckets", "CudaError": "cuda", "LoadedKernel": "cuda", "GraphModel": "graphs",
-    "GraphPerSize": "graphs", "InputSpec": "inputs", "check_inputs": "inputs", "make_input_check": "inputs",
+    "GraphPerSize": "per_size", "InputSpec": "inputs", "check_inputs": "inputs", "make_input_check": "inputs",
     "Model": "loader", "Package": "loader", "choose_variant": "loader", "Manifest": "manifest",
 }
 __all__ = ["BucketedModel", "CudaError", "GraphModel", "GraphPerSize", "InputSpec", "LoadedKernel", "Manifest", "Model",
            "Package", "check_inputs", "choose_variant", "make_input_check"]
 
 
-_MODULES = ("bound", "buckets", "cuda", "graphs", "inputs", "loader", "manifest", "ops", "outputs", "repoint", "state",
-            "torch_private")
+_MODULES = ("bound", "buckets", "cuda", "graphs", "inputs", "loader", "manifest", "ops", "outputs", "per_size",
+            "repoint", "state", "torch_private")
 
 
 def __getattr__(name):

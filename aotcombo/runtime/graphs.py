@@ -162,12 +162,12 @@ class GraphModel:
     The graph is captured at the second call (the first runs op by op, so a first output
     comes as soon as the kernels are loaded), or at once by ``capture()``."""
 
-    def __init__(self, model, copy_outputs: bool = True, order=None, lock=None, pool=None, batch: int | None = None,
+    def __init__(self, model, copy_outputs: bool = True, order=None, lock=None, pool=None, sizes: dict | None = None,
                  capturer=None, strict: bool = False):
         self.name, self.variant, self.device, self.weights = model.name, model.variant, model.device, model.weights
         self.mutated, self.copy_outputs, self.names = model.mutated, copy_outputs, model.names
         self.input_check = model.input_check
-        self._model, self._inputs = model, allocate(model.specs, model.device, batch)
+        self._model, self._inputs = model, allocate(model.specs, model.device, sizes)
         self._lock, self._order = lock or threading.Lock(), order or StreamOrder.on(model.device)
         self._pool, self._capturer, self._strict = pool, capturer or capture, strict
         self._graph, self._answered, self._failed, self._repoint = None, False, False, None
@@ -287,100 +287,3 @@ class GraphModel:
     def __repr__(self):
         state = "CUDA graph" if self._graph is not None else "CUDA graph at its second call"
         return f"<Model {self.name} {self.variant} on {self.device}, {state}>"
-
-
-class GraphPerSize:
-    """A package with a dynamic batch in graph mode: one CUDA graph per batch size, captured
-    at that size's second call (its first runs op by op), replayed after.
-
-    Memory: the graphs share one memory pool for their intermediates, so it holds about the
-    largest forward's peak, not the sum; each size keeps its own static inputs and outputs.
-    Their replays are serialised (one lock, one stream order), which is what makes sharing
-    the pool safe. Past ``max_graphs`` sizes, a new size runs op by op.
-    """
-
-    def __init__(self, model, copy_outputs: bool = True, max_graphs: int = 64, strict: bool = False):
-        self.name, self.variant, self.device, self.weights = model.name, model.variant, model.device, model.weights
-        self.mutated, self.copy_outputs, self.max_graphs = model.mutated, copy_outputs, max_graphs
-        self._strict = strict  # a failed capture raises (load(graphs=True)); else that size runs op by op
-        self._model, self._graphs, self.names, self.input_check = model, {}, model.names, model.input_check
-        self._first = next(i for i, spec in enumerate(model.specs) if spec.batched)
-        self._lock, self._order, self._pool = threading.Lock(), StreamOrder.on(model.device), None
-
-    def __call__(self, *inputs, **named):
-        if named:
-            inputs = bind(self.names, inputs, named)
-        try:
-            graph = self._graphs.get(inputs[self._first].shape[0])
-        except (IndexError, AttributeError):  # the input check names what is wrong
-            graph = None
-        if graph is not None:
-            outputs = graph.replay_bound(inputs)
-            if outputs is not None:
-                return outputs
-        fresh = graph is None or not graph.holds(inputs)
-        exact = True
-        if fresh:  # a graph's own static inputs need no check
-            if self.input_check is not None:
-                exact = self.input_check(inputs)
-            if graph is None:
-                graph = self._graph(inputs[self._first].shape[0])
-        return graph.replay_checked(inputs, fresh, exact)
-
-    def static_inputs(self, batch: int) -> tuple:
-        """The input tensors of batch size ``batch``'s graph: write into them and call
-        ``model(*model.static_inputs(batch))``."""
-        low, high = self._model.batch_range
-        if not low <= batch <= high:
-            raise ValueError(f"{self.name}: batch size {batch} is outside the range {low}..{high} it was built for")
-        graph = self._graphs.get(batch) or self._graph(batch)
-        if isinstance(graph, _OpByOp):
-            raise ValueError(  # noqa: TRY004 (the batch size is what is wrong, as for the range above)
-                f"{self.name}: batch {batch} runs op by op (no graph); pass your own inputs")
-        return graph.static_inputs()
-
-    def state(self) -> dict[str, torch.Tensor]:
-        """The buffers forward updates, live, shared by every batch size's graph."""
-        return self._model.state()
-
-    def reset_state(self) -> None:
-        self._model.reset_state()
-
-    def sizes(self) -> list[int]:
-        """The batch sizes that have their own graph so far (captured at their second call)."""
-        return sorted(s for s, g in self._graphs.items() if isinstance(g, GraphModel))
-
-    def _graph(self, size: int):
-        with self._lock:
-            if size in self._graphs:
-                return self._graphs[size]
-            if len(self._graphs) >= self.max_graphs:
-                graph = _OpByOp(self._model)
-            else:
-                if self._pool is None:
-                    self._pool = torch.cuda.graph_pool_handle()
-                graph = GraphModel(self._model, self.copy_outputs, self._order, self._lock, self._pool, size,
-                                   strict=self._strict)
-            self._graphs[size] = graph
-            return graph
-
-    def __repr__(self):
-        return f"<Model {self.name} {self.variant} on {self.device}, a CUDA graph per batch size>"
-
-
-class _OpByOp:
-    """A batch size past GraphPerSize's ``max_graphs``: run op by op, on inputs GraphPerSize
-    has checked already; inputs of other strides or alignment are copied into the layout it
-    was built for, as ``Model`` does."""
-
-    def __init__(self, model):
-        self._model = model
-
-    def holds(self, inputs) -> bool:
-        return False
-
-    def replay_bound(self, inputs):
-        return None
-
-    def replay_checked(self, inputs, fresh: bool = True, exact: bool = True):
-        return self._model.run(inputs) if exact else self._model.run_staged(inputs)

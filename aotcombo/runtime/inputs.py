@@ -1,12 +1,13 @@
 """A package's inputs: their specs, the per-call input check, static buffers.
 
-An ``InputSpec`` is a manifest ``Input`` with its dtype as a ``torch.dtype``; in a
-package with a dynamic batch the batch dim of a shape is ``BATCH``, and every such dim
-must hold the same size, inside the built range. ``check_inputs`` finds and names the
-first mismatch; ``make_input_check`` returns the per-call input check: one comparison of a
-list of per-input tuples with the expected one (and, with a dynamic batch, one range test),
-falling back to ``check_inputs`` for the message. (A *guard*, in this runtime, is something
-else: what says whether a captured graph may replay on a call's inputs; bound.py.)
+An ``InputSpec`` is a manifest ``Input`` with its dtype as a ``torch.dtype``. In a package
+with dynamic axes a dim of a shape may be an axis's name (``"batch"``, ``"seq"``): every
+dim of one axis must hold the same size, inside the axis's built range, and strides may be
+expressions in the axes (``"768*seq"``). ``check_inputs`` finds and names the first
+mismatch; ``make_input_check`` returns the per-call input check: one comparison of a list
+of per-input tuples with the expected one (with dynamic axes, made once per distinct
+sizes), falling back to ``check_inputs`` for the message. (A *guard*, in this runtime, is
+something else: what says whether a captured graph may replay on a call's inputs; bound.py.)
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ from typing import NamedTuple
 
 import torch
 
-from .manifest import BATCH, Input
+from .manifest import Input
 
 
 class InputSpec(NamedTuple):
     name: str
     dtype: torch.dtype
-    shape: tuple  # ints, and BATCH for a dynamic batch dim
-    stride: tuple
+    shape: tuple  # ints, and axis names where a dynamic axis runs
+    stride: tuple  # ints, and expressions in the axes
     align: int  # bytes the data pointer must be a multiple of
     mutated: bool  # the model updates it in place
     direct: bool = False  # only the package's kernels read it: graph mode points them at the caller's tensor
@@ -33,50 +34,67 @@ class InputSpec(NamedTuple):
         return cls(i.name, getattr(torch, i.dtype), tuple(i.shape), tuple(i.stride), i.align, i.mutated, i.direct)
 
     @property
-    def batched(self) -> bool:
-        return BATCH in self.shape
+    def dynamic(self) -> bool:
+        """Whether a dim of it is a dynamic axis."""
+        return any(isinstance(d, str) for d in self.shape)
 
-    def shape_at(self, batch: int | None) -> tuple[int, ...]:
-        return at_batch(self.shape, batch)
+    def shape_at(self, sizes: dict | None) -> tuple[int, ...]:
+        return at_sizes(self.shape, sizes)
 
-    def stride_at(self, batch: int | None) -> tuple[int, ...]:
-        return at_batch(self.stride, batch)
+    def stride_at(self, sizes: dict | None) -> tuple[int, ...]:
+        return at_sizes(self.stride, sizes)
 
     def shown(self) -> str:
         dims = ", ".join(str(d) for d in self.shape)
         return f"({dims}{',' if len(self.shape) == 1 else ''})"
 
 
-_EXPRESSION = re.compile(rf"[0-9+*() ]*({BATCH}[0-9+*() ]*)*")
+_EXPRESSION = re.compile(r"[0-9A-Za-z_+*() ]*")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def at_batch(dims: tuple, batch: int | None) -> tuple[int, ...]:
-    """Sizes or strides at a batch size: ``BATCH`` is the batch itself, a text such as
-    ``"64*batch"`` (a stride after a dim that depends on it) an expression of it."""
+def at_sizes(dims: tuple, sizes: dict | None) -> tuple[int, ...]:
+    """Sizes or strides at the given axis sizes (``{"batch": 4, "seq": 77}``): an axis's name
+    is its size, a text such as ``"768*seq"`` an expression of them."""
     if all(isinstance(d, int) for d in dims):
         return dims
-    if batch is None:
-        raise ValueError(f"{dims} depend on the batch size, and none was given")
-    return tuple(d if isinstance(d, int) else batch if d == BATCH else _evaluate(d, batch) for d in dims)
+    if sizes is None:
+        raise ValueError(f"{dims} depend on dynamic axes, and no sizes were given")
+    return tuple(d if isinstance(d, int) else sizes[d] if d in sizes else _evaluate(d, sizes) for d in dims)
 
 
-def _evaluate(text: str, batch: int) -> int:
-    if not _EXPRESSION.fullmatch(text):
+def _evaluate(text: str, sizes: dict) -> int:
+    if not _EXPRESSION.fullmatch(text) or not set(_NAME.findall(text)) <= set(sizes):
         raise ValueError(f"cannot evaluate the size {text!r}: the package is damaged or was not built by this aotcombo")
-    return int(eval(text, {"__builtins__": {}}, {BATCH: batch}))  # digits, + * ( ) and batch only
+    return int(eval(text, {"__builtins__": {}}, dict(sizes)))  # digits, + * ( ) and the axes only
+
+
+def axis_dims(specs: list[InputSpec]) -> dict[str, tuple[int, int]]:
+    """Each dynamic axis -> the first (input, dim) that carries it."""
+    found: dict[str, tuple[int, int]] = {}
+    for i, spec in enumerate(specs):
+        for d, e in enumerate(spec.shape):
+            if isinstance(e, str):
+                found.setdefault(e, (i, d))
+    return found
+
+
+def sizes_of(specs: list[InputSpec], inputs: tuple) -> dict[str, int] | None:
+    """The size of each dynamic axis in checked ``inputs`` (None: the package has none)."""
+    dims = axis_dims(specs)
+    return {axis: inputs[i].shape[d] for axis, (i, d) in dims.items()} if dims else None
 
 
 def check_inputs(specs: list[InputSpec], inputs: tuple, device: torch.device | None = None,
-                 batch_range: tuple[int, int] | None = None, exact_layout: bool = True) -> bool:
+                 ranges: dict[str, tuple[int, int]] | None = None, exact_layout: bool = True) -> bool:
     """Raise TypeError (type, dtype) or ValueError (the rest) unless the inputs match the specs.
 
-    ``device=None`` skips the device check; ``batch_range``: the (min, max) of a dynamic batch.
+    ``device=None`` skips the device check; ``ranges``: each dynamic axis's (min, max).
     ``exact_layout=False`` accepts any strides and alignment (a loaded model copies such inputs
     into the layout it was built for). Returns whether every input has the spec's strides and
     alignment.
     """
-    exact = True
-    batch = None
+    exact, seen = True, {}  # axis -> (input, size) of the first input carrying it
     if len(inputs) != len(specs):
         raise ValueError(f"expected {len(specs)} inputs ({', '.join(s.name for s in specs)}), got {len(inputs)}")
     for i, (spec, t) in enumerate(zip(specs, inputs)):
@@ -87,19 +105,12 @@ def check_inputs(specs: list[InputSpec], inputs: tuple, device: torch.device | N
             raise ValueError(f"{what}: expected device {device}, got {t.device}")
         if t.dtype != spec.dtype:
             raise TypeError(f"{what}: expected dtype {spec.dtype}, got {t.dtype}")
-        if len(t.shape) != len(spec.shape) or any(e != BATCH and e != d for e, d in zip(spec.shape, t.shape)):
+        if len(t.shape) != len(spec.shape) or any(isinstance(e, int) and e != d for e, d in zip(spec.shape, t.shape)):
             raise ValueError(f"{what}: expected shape {spec.shown()}, got {tuple(t.shape)}")
-        if spec.batched:
-            size = t.shape[spec.shape.index(BATCH)]
-            low, high = batch_range or (0, size)
-            if not low <= size <= high:
-                raise ValueError(f"{what}: batch size {size} is outside the range {low}..{high} the package was "
-                                 f"built for: rebuild with --dynamic batch={min(low, size)}:{max(high, size)}")
-            if batch is not None and size != batch[1]:
-                raise ValueError(f"{what}: batch size {size}, but input {batch[0]} has {batch[1]}: "
-                                 "batched inputs must agree")
-            batch = batch or (i, size)
-        stride = spec.stride_at(batch[1] if batch else None)
+        for axis, size in ((e, d) for e, d in zip(spec.shape, t.shape) if isinstance(e, str)):
+            _check_axis(what, axis, size, (ranges or {}).get(axis), seen.get(axis), specs)
+            seen.setdefault(axis, (i, size))
+        stride = spec.stride_at({axis: size for axis, (_, size) in seen.items()} if spec.dynamic else None)
         if not same_layout(t.shape, t.stride(), stride):
             if exact_layout:
                 raise ValueError(f"{what}: expected stride {stride}, got {t.stride()}")
@@ -112,6 +123,18 @@ def check_inputs(specs: list[InputSpec], inputs: tuple, device: torch.device | N
     return exact
 
 
+def _check_axis(what: str, axis: str, size: int, bounds, first, specs) -> None:
+    """One dim of dynamic axis ``axis``: inside its range, and equal to its first input's."""
+    low, high = bounds or (0, size)
+    if not low <= size <= high:
+        raise ValueError(f"{what}: {axis} size {size} is outside the range {low}..{high} the package was "
+                         f"built for: rebuild with --dynamic {axis}={min(low, size)}:{max(high, size)}")
+    if first is not None and size != first[1]:
+        other = f"input {first[0]} ({specs[first[0]].name!r})"
+        raise ValueError(f"{what}: {axis} size {size}, but {other} has {first[1]}: inputs sharing the "
+                         f"{axis} axis must agree")
+
+
 def same_layout(shape, got: tuple, expected: tuple) -> bool:
     """Whether strides ``got`` address a tensor of ``shape`` as ``expected`` do: a dim of size
     1 is only ever indexed at 0, so its stride does not matter (``t[:, -1:]`` of a [b, n]
@@ -119,12 +142,12 @@ def same_layout(shape, got: tuple, expected: tuple) -> bool:
     return got == expected or all(g == e for n, g, e in zip(shape, got, expected) if n != 1) or 0 in shape
 
 
-def make_input_check(specs: list[InputSpec], device: torch.device, batch_range: tuple[int, int] | None = None,
+def make_input_check(specs: list[InputSpec], device: torch.device, ranges: dict[str, tuple[int, int]] | None = None,
                      exact_layout: bool = True):
-    """``input_check(inputs) -> exact``: check_inputs(specs, inputs, device, batch_range, exact_layout),
+    """``input_check(inputs) -> exact``: check_inputs(specs, inputs, device, ranges, exact_layout),
     cheap when they match exactly."""
-    if any(s.batched for s in specs):
-        return _dynamic_input_check(specs, device, batch_range, exact_layout)
+    if any(s.dynamic for s in specs):
+        return _dynamic_input_check(specs, device, ranges, exact_layout)
     expected = [(s.dtype, s.shape, s.stride, _index(device), 0) for s in specs]
     masks, n = [s.align - 1 for s in specs], len(specs)
 
@@ -139,31 +162,34 @@ def make_input_check(specs: list[InputSpec], device: torch.device, batch_range: 
     return input_check
 
 
-def _dynamic_input_check(specs: list[InputSpec], device: torch.device, batch_range, exact_layout: bool):
-    """The input check of a package with a dynamic batch: the expected (dtype, shape, strides,
-    device, alignment) of every input at the batch size of the first batched one, made once
-    per size seen."""
-    low, high = batch_range or (1, 1 << 62)
-    first = next(i for i, s in enumerate(specs) if s.batched)
-    dim, masks, n = specs[first].shape.index(BATCH), [s.align - 1 for s in specs], len(specs)
-    expected: dict[int, list] = {}
+def _dynamic_input_check(specs: list[InputSpec], device: torch.device, ranges, exact_layout: bool):
+    """The input check of a package with dynamic axes: the expected (dtype, shape, strides,
+    device, alignment) of every input at the axes' sizes in the first inputs carrying them,
+    made once per distinct sizes seen."""
+    dims = axis_dims(specs)
+    axes = list(dims)
+    where = [dims[a] for a in axes]
+    bounds = [(ranges or {}).get(a, (1, 1 << 62)) for a in axes]
+    masks, n = [s.align - 1 for s in specs], len(specs)
+    expected: dict[tuple, list] = {}
 
-    def expected_at(size: int) -> list:
-        if size not in expected:
+    def expected_at(key: tuple) -> list:
+        if key not in expected:
             if len(expected) >= 256:
                 expected.clear()
-            expected[size] = [(s.dtype, s.shape_at(size), s.stride_at(size), _index(device), 0) for s in specs]
-        return expected[size]
+            sizes = dict(zip(axes, key))
+            expected[key] = [(s.dtype, s.shape_at(sizes), s.stride_at(sizes), _index(device), 0) for s in specs]
+        return expected[key]
 
     def input_check(inputs: tuple) -> bool:
         try:
-            size = inputs[first].shape[dim]
-            exact = low <= size <= high and len(inputs) == n and [
+            key = tuple(inputs[i].shape[d] for i, d in where)
+            exact = all(lo <= k <= hi for k, (lo, hi) in zip(key, bounds)) and len(inputs) == n and [
                 (t.dtype, t.shape, t.stride(), t.get_device(), t.data_ptr() & mask)
-                for t, mask in zip(inputs, masks)] == expected_at(size)
+                for t, mask in zip(inputs, masks)] == expected_at(key)
         except Exception:  # noqa: BLE001 (check_inputs names it)
             exact = False
-        return exact or check_inputs(specs, inputs, device, batch_range, exact_layout)
+        return exact or check_inputs(specs, inputs, device, ranges, exact_layout)
 
     return input_check
 
@@ -195,9 +221,9 @@ def bind(names: list[str], args: tuple, named: dict) -> tuple:
     return tuple(values)
 
 
-def allocate(specs: list[InputSpec], device: torch.device, batch: int | None = None) -> tuple:
-    """Zeroed tensors matching the specs, a dynamic batch dim of size ``batch`` (fresh
-    allocations are 512-byte aligned)."""
-    return tuple(torch.empty_strided(s.shape_at(batch), s.stride_at(batch), dtype=s.dtype,
+def allocate(specs: list[InputSpec], device: torch.device, sizes: dict | None = None) -> tuple:
+    """Zeroed tensors matching the specs, the dynamic axes at ``sizes`` (fresh allocations
+    are 512-byte aligned)."""
+    return tuple(torch.empty_strided(s.shape_at(sizes), s.stride_at(sizes), dtype=s.dtype,
                                      device=device).zero_()
                  for s in specs)

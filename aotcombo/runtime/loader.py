@@ -24,8 +24,9 @@ import torch
 
 from . import cuda
 from .buckets import BucketedModel
-from .graphs import GraphModel, GraphPerSize
-from .inputs import InputSpec, allocate, bind, make_input_check
+from .graphs import GraphModel
+from .per_size import GraphPerSize
+from .inputs import InputSpec, allocate, bind, make_input_check, sizes_of
 from .manifest import PLACED, Buckets, ComboKernel, Dynamic, Manifest, ManifestError
 from .state import State, weights_for_load
 
@@ -96,7 +97,7 @@ class Loaded(NamedTuple):
     forward: object
     kernels: list
     specs: list[InputSpec]
-    batch_range: tuple | None = None  # (min, max) of a dynamic batch
+    ranges: dict | None = None  # each dynamic axis's (min, max)
 
 
 class _Device(NamedTuple):
@@ -117,9 +118,9 @@ class Model:
 
     def __init__(self, loaded: Loaded, weights: list, state: State, check_inputs: bool = True):
         self.name, self.variant, self.device, self.weights = loaded.name, loaded.variant, loaded.device, weights
-        self.specs, self.batch_range, self.state_buffers = loaded.specs, loaded.batch_range, state
+        self.specs, self.ranges, self.state_buffers = loaded.specs, loaded.ranges, state
         self.mutated = tuple(i for i, s in enumerate(self.specs) if s.mutated)
-        self.input_check = (make_input_check(self.specs, self.device, self.batch_range, exact_layout=False)
+        self.input_check = (make_input_check(self.specs, self.device, self.ranges, exact_layout=False)
                             if check_inputs else None)
         # the device's primary context; the kernels as loaded (cuda.LoadedKernel, or GridPerCall)
         self.context, self.kernels, self._forward = loaded.context, loaded.kernels, loaded.forward
@@ -136,8 +137,7 @@ class Model:
     def run_staged(self, inputs: tuple):
         """The forward on inputs of other strides or alignment than the kernels were built for:
         copied into that layout first (and those the model updates, copied back after)."""
-        first = next((i for i, s in enumerate(self.specs) if s.batched), None)
-        staged = allocate(self.specs, self.device, None if first is None else inputs[first].shape[0])
+        staged = allocate(self.specs, self.device, sizes_of(self.specs, inputs))
         for target, source in zip(staged, inputs):
             target.copy_(source)
         outputs = self.run(staged)
@@ -180,8 +180,9 @@ class Model:
 
     def static_inputs(self) -> tuple:
         """Input tensors made once, as in graph mode; here a call reads any inputs in place."""
-        if self.batch_range is not None:
-            raise ValueError(f"{self.name} has a dynamic batch: its inputs have no one static shape")
+        if self.ranges is not None:
+            raise ValueError(f"{self.name} has dynamic axes ({', '.join(self.ranges)}): its inputs have no one "
+                             "static shape")
         if self._static is None:
             self._static = allocate(self.specs, self.device)
         return self._static
@@ -313,9 +314,9 @@ class Package:
             cuda.set_current_context(previous)
         program = importlib.import_module(f"{self._import_name or m.name}.{variant.program}")
         name = m.name if bucket is None else f"{m.name}[batch {bucket}]"
-        batch_range = (m.shapes.min, m.shapes.max) if isinstance(m.shapes, Dynamic) else None
+        ranges = m.shapes.ranges if isinstance(m.shapes, Dynamic) else None
         return Loaded(name, dev.variant, dev.device, dev.context, program.forward, kernels,
-                      [InputSpec.of(i) for i in shape.inputs], batch_range)
+                      [InputSpec.of(i) for i in shape.inputs], ranges)
 
     def _kernel(self, k: ComboKernel, dev: _Device):
         """A kernel of the variant, its image loaded once per device into the current context."""

@@ -11,9 +11,11 @@ shapes and for a dynamic batch, one per bucket for ``--batch``. Each holds an ``
 per cubin arch (``"sm_90"``) and one for the PTX (``"ptx"``): the program module to run,
 its kernels with their fixed launch configs, and the order of launches.
 
-Shape modes (``shapes``): ``Static()``, ``Buckets(sizes, pad)`` or ``Dynamic(min, max)``;
+Shape modes (``shapes``): ``Static()``, ``Buckets(sizes, pad)`` or ``Dynamic(axes)``;
 ``batched_inputs`` and ``batched_outputs`` say which flat inputs and outputs carry the
-batch as dim 0. In an input's shape, a dynamic batch dim is the string ``BATCH``.
+batch as dim 0. A dynamic package has named axes (``batch``, ``seq``...), each a range of
+sizes and the input dims that carry it; in an input's shape such a dim is the axis's name,
+and a size or stride that depends on axes the text of an expression in them (``"768*seq"``).
 
 A field with a default may be absent from the JSON: ``aotcombo inspect`` reads format-2
 manifests written by earlier versions, before such a field existed (a package's own runtime
@@ -29,7 +31,7 @@ import typing
 from dataclasses import dataclass, field
 
 FORMAT = 2
-BATCH = "batch"  # a dynamic batch dim in a shape
+BATCH = "batch"  # the axis --batch and dim 0 stand for
 PLACED = "aotcombo_out"  # the program's parameter: tensors for the outputs it would allocate itself
 
 
@@ -61,13 +63,49 @@ class Buckets:
 
 
 @dataclass(frozen=True)
-class Dynamic:
-    """One build whose batch is a run-time size in ``[min, max]``."""
+class Axis:
+    """A named axis whose size each call chooses, in ``[min, max]``; ``dims``: the (flat
+    input, dim) pairs that carry it."""
 
+    name: str
     min: int
     max: int
-    batched_inputs: tuple[int, ...] = ()
+    dims: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, init=False)
+class Dynamic:
+    """One build whose named axes are run-time sizes, each in its range.
+
+    ``Dynamic(batch=(1, 32), seq=(1, 512))``; ``Dynamic(1, 256)`` is ``Dynamic(batch=(1, 256))``
+    (the batch, dim 0 of the inputs that carry it); ``Dynamic(axes=(Axis(...), ...))`` as read
+    back from a manifest."""
+
+    axes: tuple[Axis, ...]
     mode: str = field(default="dynamic", init=False)
+
+    def __init__(self, min: int | None = None, max: int | None = None, batched_inputs: tuple[int, ...] = (), *,
+                 axes: tuple[Axis, ...] = (), **ranges: tuple[int, int]):
+        if min is not None or max is not None:
+            ranges = {BATCH: (min, max), **ranges}
+        made = tuple(axes) + tuple(Axis(name, int(low), int(high)) for name, (low, high) in ranges.items())
+        if batched_inputs:
+            made = tuple(dataclasses.replace(a, dims=tuple((i, 0) for i in batched_inputs)) if a.name == BATCH
+                         else a for a in made)
+        object.__setattr__(self, "axes", made)
+
+    def axis(self, name: str) -> Axis:
+        return next(a for a in self.axes if a.name == name)
+
+    @property
+    def ranges(self) -> dict[str, tuple[int, int]]:
+        """Axis name -> (min, max)."""
+        return {a.name: (a.min, a.max) for a in self.axes}
+
+    @property
+    def batched_inputs(self) -> tuple[int, ...]:
+        """The flat inputs that carry a dynamic axis."""
+        return tuple(sorted({i for a in self.axes for i, _ in a.dims}))
 
     @property
     def batched_outputs(self) -> tuple[int, ...]:
@@ -83,7 +121,7 @@ SHAPE_MODES = {"static": Static, "buckets": Buckets, "dynamic": Dynamic}
 
 @dataclass(frozen=True)
 class Input:
-    """A user input: ``shape`` holds ints, and ``BATCH`` for a dynamic batch dim."""
+    """A user input: ``shape`` holds ints, and a dynamic axis's name where it carries one."""
 
     name: str
     dtype: str  # torch dtype name: "float32", "bfloat16", ...
@@ -275,6 +313,12 @@ class Manifest:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             found = data.get("format") if isinstance(data, dict) else None
             raise ManifestError(f"manifest format {found!r}; this runtime reads format {FORMAT}")
+        shapes = data.get("shapes")
+        if isinstance(shapes, dict) and shapes.get("mode") == "dynamic" and "min" in shapes:
+            # written before named axes: a dynamic batch, dim 0 of its batched inputs
+            data["shapes"] = {"mode": "dynamic", "axes": [{
+                "name": BATCH, "min": shapes["min"], "max": shapes["max"],
+                "dims": [[i, 0] for i in shapes.get("batched_inputs", [])]}]}
         return _decode(cls, data, "manifest")
 
 

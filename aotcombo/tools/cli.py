@@ -62,8 +62,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Build installable wheels (see C extensions below) from MODEL_FILE, a Python file "
         "defining get_model() "
         "(an nn.Module on the CPU) and get_example_inputs() (a tuple of CPU tensors). The package "
-        "runs the model for exactly those input shapes, dtypes and strides, or for several batch sizes "
-        "(--batch, --dynamic).",
+        "runs the model for exactly those input shapes, dtypes and strides, for several batch sizes "
+        "(--batch), or for ranges of sizes on named axes (--dynamic).",
         epilog=CACHE_HELP + "\n" + NATIVE_HELP + "\n" + EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -86,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--model-fn", default="get_model", help="function returning the model (default: %(default)s)")
     build.add_argument("--inputs-fn", default="get_example_inputs",
                        help="function returning the example inputs (default: %(default)s)")
+    build.add_argument("--axes-fn", default=None,
+                       help="function returning the model's named dynamic axes, for --dynamic (default: "
+                       "get_dynamic_axes, if the file defines it)")
     shapes = build.add_mutually_exclusive_group()
     shapes.add_argument(
         "--batch", metavar="SIZES",
@@ -94,9 +97,11 @@ def _parser() -> argparse.ArgumentParser:
         "else the default ones cut or tiled along dim 0",
     )
     shapes.add_argument(
-        "--dynamic", metavar="batch=MIN:MAX",
-        help="compile once with a symbolic batch (dim 0 of the batched inputs) valid from MIN to MAX; grids "
-        "are computed per call from the batch size",
+        "--dynamic", metavar="AXIS=MIN:MAX,...",
+        help="compile once with symbolic sizes, e.g. batch=1:32 or batch=1:32,seq=1:512: one set of kernels "
+        "serves every size in range, grids computed per call. batch is dim 0 of the batched inputs; other axes "
+        "are those the model file's get_dynamic_axes() names ({input name: {dim: axis}}, torch.onnx.export's "
+        "dynamic_axes form)",
     )
     build.add_argument("--pad", action="store_true",
                        help="with --batch: run a size between buckets in the next larger one, padded with zero rows "

@@ -56,8 +56,9 @@ def _build(args, reporter) -> int:
         modelfile.run_eager(model, inputs, path=path)
         if args.batch or args.dynamic:
             make_inputs = modelfile.batch_inputs_function(path, args.inputs_fn)
+        axes = modelfile.dynamic_axes_of(path, args.axes_fn) if args.dynamic or args.axes_fn else None
     result = pipeline.build_package(model, inputs, options, reporter=reporter, model_file=path,
-                                    make_inputs=make_inputs)
+                                    make_inputs=make_inputs, dynamic_axes=axes)
     s = result.summary()
     c = result.cache
 

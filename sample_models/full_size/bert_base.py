@@ -35,3 +35,9 @@ def get_example_inputs(batch=8, seq=128, seed=0):
     attention_mask = torch.ones(batch, seq, dtype=torch.int64)
     attention_mask[1::2, seq * 5 // 8:] = 0
     return input_ids, attention_mask
+
+
+def get_dynamic_axes():
+    """The axes ``--dynamic batch=1:32,seq=1:512`` may vary: any batch of any length up to
+    the config's 512 positions."""
+    return {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}

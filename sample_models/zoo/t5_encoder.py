@@ -38,3 +38,8 @@ def get_example_inputs(batch=2, seq=32, seed=0):
     for b in range(1, batch, 2):
         attention_mask[b, seq * 3 // 4:] = 0
     return input_ids, attention_mask
+
+
+def get_dynamic_axes():
+    """The axes ``--dynamic batch=1:8,seq=1:128`` may vary (torch.onnx.export's form)."""
+    return {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}

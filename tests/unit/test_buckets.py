@@ -29,7 +29,8 @@ def test_parse_batch_and_dynamic():
             options.parse_batch(bad)
     assert options.parse_dynamic("batch=1:256") == Dynamic(1, 256)
     assert options.parse_dynamic("batch") == Dynamic(1, options.MAX_BATCH)
-    for bad in ("seq=1:4", "batch=4:1", "batch=0:3", "batch=1-4", "batch=1:1"):
+    assert options.parse_dynamic("batch=1:8, seq=2:512") == Dynamic(batch=(1, 8), seq=(2, 512))
+    for bad in ("", "batch=4:1", "batch=0:3", "batch=1-4", "batch=1:1", "seq=1:4,seq=1:8", "1seq=1:4"):
         with pytest.raises(UsageError):
             options.parse_dynamic(bad)
 

@@ -86,24 +86,26 @@ def _specs():
 
 def test_dynamic_guard_checks_shape_range_and_agreement():
     specs, device = _specs(), torch.device("cpu")
-    guard = make_input_check(specs, device, (1, 8))
+    guard = make_input_check(specs, device, {"batch": (1, 8)})
     guard((torch.randn(3, 5, 24), torch.randn(3), torch.randn(24)))
     guard((torch.randn(8, 5, 24), torch.randn(8), torch.randn(24)))
     with pytest.raises(ValueError, match=r"batch size 9 is outside the range 1\.\.8 .* --dynamic batch=1:9"):
         guard((torch.randn(9, 5, 24), torch.randn(9), torch.randn(24)))
     with pytest.raises(ValueError, match=r"expected shape \(batch, 5, 24\), got \(3, 4, 24\)"):
         guard((torch.randn(3, 4, 24), torch.randn(3), torch.randn(24)))
-    with pytest.raises(ValueError, match="batch size 2, but input 0 has 3"):
+    with pytest.raises(ValueError, match=r"batch size 2, but input 0 \('x'\) has 3"):
         guard((torch.randn(3, 5, 24), torch.randn(2), torch.randn(24)))
     with pytest.raises(TypeError, match="expected dtype torch.float32"):
-        check_inputs(specs, (torch.randn(3, 5, 24).half(), torch.randn(3), torch.randn(24)), device, (1, 8))
+        check_inputs(specs, (torch.randn(3, 5, 24).half(), torch.randn(3), torch.randn(24)), device, {"batch": (1, 8)})
 
 
 def test_dynamic_option_errors(tmp_path):
     model_file = ROOT / "sample_models" / "conv_block.py"
     for options, message in (
         (["--dynamic", "batch=0:4"], "out of bounds"),
-        (["--dynamic", "seq=1:4"], "not of the form batch=MIN:MAX"),
+        (["--dynamic", "seq=1:4"], "names no dynamic axes"),
+        (["--dynamic", "batch=1:4,seq"], "names no dynamic axes"),
+        (["--dynamic", "batch=1-4"], "not of the form AXIS=MIN:MAX"),
         (["--dynamic", "batch=1:1"], "holds one size"),
         (["--dynamic", "batch=1:4", "--batch", "1,2"], "not allowed with argument"),
     ):

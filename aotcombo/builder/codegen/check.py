@@ -23,7 +23,7 @@ import types
 import torch
 
 from ...errors import UnsupportedModelError
-from ...runtime.inputs import at_batch
+from ...runtime.inputs import at_sizes
 from .. import graph as g
 
 PACKAGE = "aotcombo_program"  # the stand-in package a program is a module of
@@ -45,17 +45,17 @@ def load_program(source: str, label: str) -> types.ModuleType:
     return module
 
 
-def _meta(spec: g.TensorSpec, batch: int) -> torch.Tensor:
-    return torch.empty_strided(at_batch(spec.shape, batch), at_batch(spec.stride, batch),
+def _meta(spec: g.TensorSpec, sizes: dict | None) -> torch.Tensor:
+    return torch.empty_strided(at_sizes(spec.shape, sizes), at_sizes(spec.stride, sizes),
                                dtype=getattr(torch, spec.dtype), device="meta")
 
 
 def check_on_meta(program: str, graph: g.Graph, label: str) -> None:
     """Run ``program`` on meta tensors; an extern call that fails is an UnsupportedModelError
     naming the op, its program line and this torch's message."""
-    batch = max(2, graph.dynamic.min) if graph.dynamic is not None else 1
-    weights = [_meta(i.spec, batch) for i in graph.inputs if i.kind == "weight"]
-    inputs = [_meta(i.spec, batch) for i in sorted((i for i in graph.inputs if i.kind == "user"), key=lambda i: i.key)]
+    sizes = {a.name: max(2, a.min) for a in graph.dynamic.axes} if graph.dynamic is not None else None
+    weights = [_meta(i.spec, sizes) for i in graph.inputs if i.kind == "weight"]
+    inputs = [_meta(i.spec, sizes) for i in sorted((i for i in graph.inputs if i.kind == "user"), key=lambda i: i.key)]
     forward = load_program(program, label).forward
 
     class NoKernels:

@@ -95,7 +95,7 @@ def _op_line(op, combos: dict[str, tuple[int, Combo]], placed: dict[str, int], r
     raise TypeError(op)
 
 
-_OPERATORS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": "%"}
+_OPERATORS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": "%", "pow": "**"}
 
 
 def _scalar_expr(op: g.Scalar) -> str:

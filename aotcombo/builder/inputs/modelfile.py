@@ -89,6 +89,19 @@ def batch_inputs_function(path: str | Path, inputs_fn: str = "get_example_inputs
     return make
 
 
+def dynamic_axes_of(path: str | Path, axes_fn: str | None = None):
+    """What ``axes_fn()`` of the model file returns (the model's named dynamic axes,
+    ``inputs/axes.py``), or None when ``axes_fn`` is not given and ``get_dynamic_axes`` is
+    not defined."""
+    shown, path = str(path), Path(path).resolve()
+    with _model_file_context(path) as module:
+        _exec_module(module, path, shown)
+        if axes_fn is None and not hasattr(module, "get_dynamic_axes"):
+            return None
+        name = axes_fn or "get_dynamic_axes"
+        return _call(_get_function(module, name, path, shown), name, path, shown)
+
+
 @contextlib.contextmanager
 def buffers_kept(model: nn.Module):
     """Run the model without a trace left: the buffers forward updates (a KV cache) are put

@@ -158,13 +158,21 @@ def parse_batch(text: str | Sequence[int], pad: bool = False) -> Buckets:
 
 
 def parse_dynamic(text: str) -> Dynamic:
-    """``--dynamic batch=1:256`` (or ``batch``: 1 to 65536) -> ``Dynamic(1, 256)``."""
-    match = re.fullmatch(r"\s*batch\s*(?:=\s*(\d+)\s*:\s*(\d+)\s*)?", text)
-    if match is None:
-        raise UsageError(f"--dynamic {text!r} is not of the form batch=MIN:MAX",
-                         fix="pass --dynamic batch=1:256 (dim 0 of the batched inputs is the one made dynamic)")
-    low, high = (int(match.group(1)), int(match.group(2))) if match.group(1) else (1, MAX_BATCH)
-    return check_shapes(Dynamic(low, high))
+    """``--dynamic batch=1:32,seq=1:512`` -> ``Dynamic(batch=(1, 32), seq=(1, 512))``; an axis
+    without a range (``batch``) runs from 1 to 65536."""
+    ranges = {}
+    for item in (i for i in text.split(",") if i.strip()):
+        match = re.fullmatch(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:=\s*(\d+)\s*:\s*(\d+)\s*)?", item)
+        if match is None:
+            raise UsageError(f"--dynamic {text!r}: {item.strip()!r} is not of the form AXIS=MIN:MAX",
+                             fix="pass --dynamic batch=1:32 or, naming the model's axes, batch=1:32,seq=1:512")
+        name = match.group(1)
+        if name in ranges:
+            raise UsageError(f"--dynamic {text!r} names axis {name!r} twice", fix="give each axis one range")
+        ranges[name] = (int(match.group(2)), int(match.group(3))) if match.group(2) else (1, MAX_BATCH)
+    if not ranges:
+        raise UsageError("--dynamic: no axis given", fix="pass --dynamic batch=1:32 (or batch=1:32,seq=1:512)")
+    return check_shapes(Dynamic(**ranges))
 
 
 def check_shapes(shapes: ShapeMode) -> ShapeMode:
@@ -177,13 +185,19 @@ def check_shapes(shapes: ShapeMode) -> ShapeMode:
                 raise UsageError(f"--batch: {size} is out of range", fix=f"use sizes from 1 to {MAX_BATCH}")
         return Buckets(tuple(sorted(set(shapes.sizes))), bool(shapes.pad))
     if isinstance(shapes, Dynamic):
-        if not 1 <= shapes.min <= shapes.max <= MAX_BATCH:
-            raise UsageError(f"--dynamic batch={shapes.min}:{shapes.max}: the range is empty or out of bounds",
-                             fix=f"pass MIN:MAX with 1 <= MIN <= MAX <= {MAX_BATCH}")
-        if shapes.max < 2:
-            raise UsageError(f"--dynamic batch={shapes.min}:{shapes.max} holds one size",
-                             fix=f"build with --batch {shapes.max}")
+        if not shapes.axes:
+            raise UsageError("Dynamic(): no axis given", fix="pass Dynamic(batch=(1, 32)) or --dynamic batch=1:32")
+        for axis in shapes.axes:
+            if not _NAME.match(axis.name):
+                raise UsageError(f"--dynamic: {axis.name!r} is not an axis name", fix="name axes as identifiers")
+            if not 1 <= axis.min <= axis.max <= MAX_BATCH:
+                raise UsageError(f"--dynamic {axis.name}={axis.min}:{axis.max}: the range is empty or out of bounds",
+                                 fix=f"pass MIN:MAX with 1 <= MIN <= MAX <= {MAX_BATCH}")
+            if axis.max < 2:
+                raise UsageError(f"--dynamic {axis.name}={axis.min}:{axis.max} holds one size",
+                                 fix="leave the axis out: a package serves its example inputs' size without it")
         return shapes
     if isinstance(shapes, Static):
         return shapes
-    raise UsageError(f"unknown shape mode {shapes!r}", fix="pass Static(), Buckets(sizes) or Dynamic(min, max)")
+    raise UsageError(f"unknown shape mode {shapes!r}",
+                     fix="pass Static(), Buckets(sizes) or Dynamic(batch=(MIN, MAX), ...)")

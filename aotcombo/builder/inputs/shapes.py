@@ -33,7 +33,9 @@ import torch
 from ...errors import UsageError
 from ...runtime.buckets import pad_rows
 from ...runtime.manifest import Dynamic, ShapeMode, Static
+from .axes import trace_inputs
 from .modelfile import buffers_kept
+from .signature import input_names
 
 def cut_or_tile(inputs: tuple, batched: Sequence[int], size: int) -> tuple:
     """The example inputs with dim 0 of the ``batched`` ones made ``size``: the first
@@ -158,15 +160,20 @@ def _flat_eager(model):
     return run
 
 
-def specialize(model, inputs: tuple, shapes: ShapeMode, make_inputs, reporter) -> tuple[dict, ShapeMode]:
+def specialize(model, inputs: tuple, shapes: ShapeMode, make_inputs, reporter,
+               dynamic_axes=None) -> tuple[dict, ShapeMode]:
     """The example inputs to build, ``{batch size or None: inputs}``, and ``shapes`` with
-    its batched inputs (and, for padded buckets, outputs) found."""
+    its batched inputs (and, for padded buckets, outputs) found. ``dynamic_axes``: the
+    model's named axes (``axes.py``), for ``Dynamic`` shapes."""
     if isinstance(shapes, Static):
         return {None: inputs}, shapes
     if isinstance(shapes, Dynamic):
-        traced = min(max(2, shapes.min), shapes.max - 1)  # torch specializes sizes 0 and 1: trace at 2 or more
-        by_size, batched = example_inputs_by_size(inputs, [traced, traced + 1], make_inputs)
-        return {None: by_size[traced]}, dataclasses.replace(shapes, batched_inputs=tuple(batched))
+        def find_batch(size: int):
+            by_size, batched = example_inputs_by_size(inputs, [size, size + 1], make_inputs)
+            return by_size[size], batched
+
+        traced, shapes = trace_inputs(shapes, inputs, input_names(model, len(inputs)), dynamic_axes, find_batch)
+        return {None: traced}, shapes
     by_size, batched = example_inputs_by_size(inputs, shapes.sizes, make_inputs)
     outputs: list[int] = []
     if shapes.pad:

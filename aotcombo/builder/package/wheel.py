@@ -108,8 +108,9 @@ def _call_arguments(names: list[str]) -> list[str]:
 def _shapes_sentence(shapes) -> str:
     """How the generated package's docstring states its batch sizes."""
     if isinstance(shapes, Dynamic):
-        return (f"Dim 0 of the batched inputs is a dynamic batch from {shapes.min} to {shapes.max}; "
-                "in graph mode each batch size is captured at its first call.")
+        axes = "; ".join(f"{a.name} from {a.min} to {a.max}" for a in shapes.axes)
+        return (f"Dynamic axes (any size in range, one set of kernels): {axes}; in graph mode each distinct "
+                "size is captured at its second call.")
     if isinstance(shapes, Buckets):
         sizes = f"Batch sizes (dim 0 of the batched inputs): {', '.join(map(str, shapes.sizes))}"
         return sizes + ("; sizes between them run padded to the next one." if shapes.pad else ".") + (

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ...runtime.inputs import at_batch
-from ...runtime.manifest import BATCH, Dynamic
+from ...runtime.inputs import at_sizes
+from ...runtime.manifest import Dynamic
 from .. import graph as g
 from ..kernels.linear import combine as linears
 
@@ -76,9 +76,11 @@ def _fits(graph, inputs, weights) -> bool:
     if len(user) != len(inputs):
         return False
     for i, t in zip(user, inputs):
-        batch = next((d for d, traced in zip(t.shape, i.spec.shape) if traced == BATCH), None)
+        sizes = {traced: d for d, traced in zip(t.shape, i.spec.shape) if isinstance(traced, str)}
+        if len(t.shape) != len(i.spec.shape):
+            return False
         if (tuple(t.shape), tuple(t.stride()), str(t.dtype).removeprefix("torch.")) != (
-                at_batch(i.spec.shape, batch), at_batch(i.spec.stride, batch), i.spec.dtype):
+                at_sizes(i.spec.shape, sizes), at_sizes(i.spec.stride, sizes), i.spec.dtype):
             return False
     for i in graph.inputs:
         if i.kind == "weight":

@@ -125,6 +125,9 @@ def summary(exc: BaseException) -> str:
 def export_failure(module: torch.nn.Module, exc: BaseException) -> UnsupportedModelError:
     """The build error for a model ``torch.export`` cannot trace: the model's line, and the fix
     for the constructs we know (transformers' token-picking MoE experts and growing cache)."""
+    axes = axis_failure(exc)
+    if axes is not None:
+        return axes
     loose = loose_tensors(module)
     experts = token_picking_experts(module)
     cache = growing_cache(module, exc)
@@ -143,3 +146,37 @@ def export_failure(module: torch.nn.Module, exc: BaseException) -> UnsupportedMo
         + (f"; the model holds tensors that are not registered buffers ({', '.join(loose[:5])}): if "
            "forward updates one, register it with self.register_buffer" if loose else ""),
     )
+
+
+_NOT_ALL = re.compile(r"Not all values of (\w+) = .*? in the specified range (.*?) satisfy the generated guard (.*)")
+_SOURCE = re.compile(r"L\['(\w+)'\](?:\[(\d+)\])*\.size\(\)\[(\d+)\]")
+_RANGE_FIX = re.compile(r"^\s*(\w+) = Dim\('\w+'(?:, min=(\d+))?(?:, max=(\d+))?\)", re.M)
+_FIXED = re.compile(r"^\s*(\w+) = (\d+)\s*$", re.M)
+
+
+def axis_failure(exc: BaseException) -> UnsupportedModelError | None:
+    """The build error for dynamic axes the model does not allow (export's "Constraints
+    violated"): which axis, the range asked and the model's own bound, and the ``--dynamic``
+    that builds; None for any other failure."""
+    text = str(exc)
+    if "Constraints violated" not in text:
+        return None
+    why = [f"{axis} in {asked} (the model needs {_SOURCE.sub(_dim_name, guard)})"
+           for axis, asked, guard in _NOT_ALL.findall(text)]
+    if not why:  # axes found equal, or another form: export's own lines say how
+        why = [line.strip() for line in text.splitlines()[1:] if line.strip().startswith("- ")][:4]
+    fixes = [f"{axis}={low or 1}:{high}" if high else f"{axis}={low}:MAX" for axis, low, high in
+             _RANGE_FIX.findall(text)]
+    fixed = [f"{axis} (fixed at {size} by the model)" for axis, size in _FIXED.findall(text)]
+    advice = []
+    if fixes:
+        advice.append(f"build with --dynamic {','.join(fixes)} (the other axes as they are)")
+    if fixed:
+        advice.append(f"leave {', '.join(fixed)} out of --dynamic")
+    return UnsupportedModelError(
+        "the model does not allow every size in the --dynamic ranges: " + "; ".join(why or [text.splitlines()[0]]),
+        fix="; ".join(advice) or "narrow the --dynamic ranges to sizes the model takes")
+
+
+def _dim_name(match: re.Match) -> str:
+    return f"{match.group(1)} dim {match.group(3)}"

@@ -31,8 +31,8 @@ def trace_model(module: torch.nn.Module, example_inputs: tuple, arch: int, *, in
                 dynamic: Dynamic | None = None):
     """Trace ``module`` for a GPU of compute capability ``arch`` (e.g. 90).
 
-    ``dynamic``: dim 0 of its batched inputs is one symbolic batch size in [min, max]; kernels
-    then take the sizes that depend on it as arguments.
+    ``dynamic``: each of its axes is one symbolic size in its range, across the input dims
+    that carry it; kernels then take the sizes that depend on them as arguments.
 
     ``inductor_combo_kernels=True`` lets Inductor make its own combo kernels:
     only to count the launches ``torch.compile`` would make, for comparison.
@@ -84,7 +84,7 @@ def trace_model(module: torch.nn.Module, example_inputs: tuple, arch: int, *, in
             raise
         except Exception as exc:  # noqa: BLE001
             raise inductor_failure(exc, arch) from exc
-        graph = graph_from_fx(fx_wrapper, kernels, input_meta, arch)
+        graph = graph_from_fx(fx_wrapper, kernels, input_meta, arch, dynamic)
         refuse_other_libraries_ops(graph, gm)
         placeholder = {s.arg.name: i for i, s in enumerate(signature.input_specs)}
         mutations = tuple(

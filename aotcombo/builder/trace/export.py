@@ -13,7 +13,7 @@ from unittest import mock
 import torch
 
 from ...errors import UnsupportedModelError
-from ...runtime.manifest import BATCH, Dynamic
+from ...runtime.manifest import Dynamic
 
 def _fake_cuda_module(module: torch.nn.Module, fake_mode) -> tuple[torch.nn.Module, list]:
     """A copy of ``module`` whose parameters and buffers are fake CUDA tensors, and the
@@ -150,17 +150,21 @@ def _attention_for(arch: int):
 
 
 def export_on_fake_gpu(module, example_inputs, fake_mode, arch, dynamic: Dynamic | None = None):
-    """``torch.export`` on fake CUDA tensors; ``dynamic`` makes dim 0 of its batched inputs
-    one symbolic size."""
+    """``torch.export`` on fake CUDA tensors; ``dynamic`` makes each of its axes one symbolic
+    size, in its range, across the input dims that carry it."""
     fake_module, aliases = _fake_cuda_module(module, fake_mode)
     with fake_mode:
         fake_inputs = tuple(_fake_like(t) for t in example_inputs)
         dynamic_shapes = None
         if dynamic is not None:  # by tensor, whatever forward's signature (*args included)
-            batch = torch.export.Dim(BATCH, min=dynamic.min, max=dynamic.max)
+            by_input: dict[int, dict] = {}
+            for axis in dynamic.axes:
+                dim = torch.export.Dim(axis.name, min=axis.min, max=axis.max)
+                for i, d in axis.dims:
+                    by_input.setdefault(i, {})[d] = dim
             shapes = torch.export.ShapesCollection()
-            for i in dynamic.batched_inputs:
-                shapes[fake_inputs[i]] = {0: batch}
+            for i, dims in by_input.items():
+                shapes[fake_inputs[i]] = dims
             dynamic_shapes = shapes.dynamic_shapes(fake_module, fake_inputs)
         changed = _watch_python_state(fake_module)
         _bind_aliases(fake_module, aliases)

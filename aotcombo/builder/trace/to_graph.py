@@ -10,33 +10,57 @@ import sympy
 import torch
 
 from ...errors import UnsupportedModelError
-from ...runtime.manifest import BATCH
 from .. import graph as g
 from ..graph import ATTENTION
 from .capture import is_int_expr, launch_marker
 from .diagnosis import node_where, target_name
 
 
-def _size(value) -> int | str:
-    """A size of a traced tensor: an int, ``BATCH`` for the dynamic batch itself, or the
-    text of an expression of it in ``BATCH`` (``"64*batch"``: the runtime evaluates it)."""
+def _size(value, axes: dict) -> int | str:
+    """A size of a traced tensor: an int, an axis's name (``"seq"``) for a dynamic axis
+    itself, or the text of an expression of the axes (``"768*seq"``: the runtime evaluates
+    it). ``axes``: each dynamic axis's symbol -> its name."""
     if isinstance(value, int):
         return value
     expr = value.node.expr
     if expr.is_number:
         return int(expr)
+    unknown = expr.free_symbols - set(axes)
+    if unknown:
+        raise UnsupportedModelError(
+            f"a tensor's size {expr} depends on {', '.join(map(str, unknown))}, not only on the dynamic axes "
+            f"({', '.join(axes.values())})", fix="build with --batch buckets, or without --dynamic")
     if expr.is_symbol:
-        return BATCH
-    return str(expr.subs({s: sympy.Symbol(BATCH) for s in expr.free_symbols}))
+        return axes[expr]
+    return str(expr.subs({s: sympy.Symbol(axes[s]) for s in expr.free_symbols}))
 
 
-def _spec(t: torch.Tensor) -> g.TensorSpec:
+def _spec(t: torch.Tensor, axes: dict) -> g.TensorSpec:
     return g.TensorSpec(
-        shape=tuple(_size(s) for s in t.shape),
-        stride=tuple(_size(s) for s in t.stride()),
+        shape=tuple(_size(s, axes) for s in t.shape),
+        stride=tuple(_size(s, axes) for s in t.stride()),
         dtype=str(t.dtype).removeprefix("torch."),
-        storage_offset=_size(t.storage_offset()),
+        storage_offset=_size(t.storage_offset(), axes),
     )
+
+
+def axis_symbols(gm, input_meta, dynamic) -> dict:
+    """Each dynamic axis's symbol in the wrapper graph -> the axis's name, read off the user
+    inputs' dims that carry it."""
+    if dynamic is None:
+        return {}
+    where = {(i, d): axis.name for axis in dynamic.axes for i, d in axis.dims}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    axes = {}
+    for node, (kind, key) in zip(placeholders, input_meta):
+        if kind != "user":
+            continue
+        for d, size in enumerate(node.meta["val"].shape):
+            name = where.get((key, d))
+            if name is None or isinstance(size, int) or not size.node.expr.is_symbol:
+                continue  # a dim the model fixed (export found the axis cannot vary there)
+            axes.setdefault(size.node.expr, name)
+    return axes
 
 
 def _traced_spec(t: torch.Tensor, shape, stride, offset=0) -> g.TensorSpec:
@@ -48,7 +72,8 @@ def _traced_spec(t: torch.Tensor, shape, stride, offset=0) -> g.TensorSpec:
 
 _SCALAR_FUNCTIONS = {
     operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.floordiv: "floordiv",
-    operator.mod: "mod", operator.neg: "neg", torch.sym_max: "max", torch.sym_min: "min", torch.sym_sum: "sum",
+    operator.mod: "mod", operator.pow: "pow", operator.neg: "neg", torch.sym_max: "max", torch.sym_min: "min",
+    torch.sym_sum: "sum",
 }
 
 
@@ -160,7 +185,8 @@ def _attention(node) -> g.Extern | None:
 _PROGRAM_NAMES = frozenset({"torch", "empty_strided", "as_strided", "aten", "kernels", "weights", "device", "forward"})
 
 
-def graph_from_fx(gm, kernels, input_meta, arch) -> g.Graph:
+def graph_from_fx(gm, kernels, input_meta, arch, dynamic=None) -> g.Graph:
+    axes = axis_symbols(gm, input_meta, dynamic)
     for node in gm.graph.nodes:
         if node.name in _PROGRAM_NAMES:
             node._rename(f"{node.name}_value")
@@ -172,7 +198,7 @@ def graph_from_fx(gm, kernels, input_meta, arch) -> g.Graph:
     for node in gm.graph.nodes:
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor):
-            specs[node.name] = _spec(val)
+            specs[node.name] = _spec(val, axes)
         if node.op == "placeholder":
             kind, key = next(placeholders)
             inputs.append(g.Input(node.name, specs[node.name], kind, key))
