@@ -86,3 +86,15 @@ def get_example_inputs(pos=5, seed=0):
     """A decode step: one token at cache position ``pos``."""
     g = torch.Generator().manual_seed(seed)
     return (torch.randint(0, 128, (1, 1), generator=g), torch.tensor([pos]))
+
+
+def get_prompt_inputs(length=9, seed=0):
+    """A prefill: a prompt of ``length`` tokens at cache positions 0..length-1."""
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randint(0, 128, (1, length), generator=g), torch.arange(length))
+
+
+def get_dynamic_axes():
+    """One package for prompts of any length and the decode steps after them (a step is a
+    prompt of one token): ``--dynamic seq=1:64 --inputs-fn get_prompt_inputs``."""
+    return {"input_ids": {1: "seq"}, "cache_position": {0: "seq"}}

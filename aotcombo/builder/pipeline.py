@@ -105,12 +105,13 @@ def _variants(build: Build) -> None:
     build.jobs = Jobs(scheduler)
     steps = [(b, a) for b in build.by_batch for a in options.archs]
     for index, (batch, arch) in enumerate(steps):
-        where = f"sm_{arch}" if batch is None else f"batch {batch}, sm_{arch}"
+        where = f"sm_{arch}" if batch is None else f"{build.shapes.axis} {batch}, sm_{arch}"
         traced = trace_stage(build.model, build.by_batch[batch], arch, build.cache, build.keys[batch][arch],
                              reporter, where, build.dynamic)
         if build.weights is not None and list(traced.weights) != list(build.weights):
-            raise UnsupportedModelError(f"{where}: the traced graph takes other weights than batch "
-                                        f"{build.variants[0].batch}'s", fix="build each batch size apart")
+            raise UnsupportedModelError(f"{where}: the traced graph takes other weights than "
+                                        f"{build.shapes.axis} {build.variants[0].batch}'s",
+                                        fix="build each size apart")
         build.weights = traced.weights
         plan = make_plan(kernels.lower(traced.graph), dispatch=options.dispatch)
         reporter.detail(f"{where}: {plan.kernel_launches} kernels -> {len(plan.combos)} combo launches, "

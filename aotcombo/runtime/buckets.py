@@ -1,14 +1,16 @@
-"""Packages built for several batch sizes (``aotcombo build --batch 1,2,4``): one model per bucket.
+"""Packages built for several sizes of one axis (``aotcombo build --batch 1,2,4``, or
+``--buckets seq=128,256,512``): one model per bucket.
 
-A call reads dim 0 of its first batched input and looks its bucket up in a list indexed by
-the batch size: O(1). Each bucket is loaded (and, in graph mode, captured) at its first
+A call reads the axis's size in its first input carrying it (dim 0 for the batch) and looks
+its bucket up in a list indexed by the size: O(1). Each bucket is loaded (and, in graph mode, captured) at its first
 call (in graph mode captured at its second), or all at once by ``warm_up()``: in graph
 mode each captured bucket holds its own
 graph memory pool, the forward's peak at that size, for the model's life.
 
-Padding (when the package was built with ``--pad``): a batch between buckets runs in the
-next larger bucket, its batched inputs padded with zero rows, its batched outputs cut back
-to the caller's rows; inputs the model updates in place get their rows copied back.
+Padding (when the package was built with ``--pad``): a size between buckets runs in the
+next larger bucket, the inputs carrying the axis padded with zeros along it, the outputs
+carrying it cut back to the caller's size; inputs the model updates in place get their part
+copied back. (The build checks that padding leaves the outputs unchanged: shapes.py.)
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ def lookup_table(sizes, pad: bool) -> list[int]:
     return table
 
 
-def pad_rows(t: torch.Tensor, size: int) -> torch.Tensor:
-    """``t`` with zero rows appended along dim 0 up to ``size``."""
-    return torch.cat([t, t.new_zeros((size - t.shape[0], *t.shape[1:]))])
+def pad_rows(t: torch.Tensor, size: int, dim: int = 0) -> torch.Tensor:
+    """``t`` with zeros appended along ``dim`` up to ``size``."""
+    shape = list(t.shape)
+    shape[dim] = size - t.shape[dim]
+    return torch.cat([t, t.new_zeros(shape)], dim)
 
 
 class BucketedModel:
@@ -45,9 +49,9 @@ class BucketedModel:
     def __init__(self, name: str, device: torch.device, load_bucket, buckets: Buckets, input_names: list[str],
                  state=None):
         self.name, self.device, self._load_bucket, self._state = name, device, load_bucket, state
-        self.sizes, self.pad = buckets.sizes, buckets.pad
-        self._inputs, self._outputs = buckets.batched_inputs, buckets.batched_outputs
-        self._first, self._names = self._inputs[0], input_names
+        self.sizes, self.pad, self.axis = buckets.sizes, buckets.pad, buckets.axis
+        self._inputs, self._outputs = dict(buckets.input_dims), dict(buckets.output_dims)
+        (self._first, self._dim), self._names = buckets.input_dims[0], input_names
         self._table, self._models, self._lock = lookup_table(self.sizes, self.pad), {}, threading.Lock()
         self.mutated = ()
 
@@ -56,7 +60,8 @@ class BucketedModel:
         model = self._models.get(size)
         if model is None:
             if size not in self.sizes:
-                raise ValueError(f"{self.name} has no bucket for batch {size}; its buckets are {list(self.sizes)}")
+                raise ValueError(f"{self.name} has no bucket for {self.axis} {size}; its buckets are "
+                                 f"{list(self.sizes)}")
             with self._lock:
                 model = self._models.get(size)
                 if model is None:
@@ -79,17 +84,18 @@ class BucketedModel:
         if self._state is not None:
             self._state.reset()
 
-    def static_inputs(self, batch: int) -> tuple:
-        """The static input tensors of bucket ``batch`` (see the bucket model's static_inputs)."""
-        return self.bucket(batch).static_inputs()
+    def static_inputs(self, size: int) -> tuple:
+        """The static input tensors of bucket ``size`` (see the bucket model's static_inputs)."""
+        return self.bucket(size).static_inputs()
 
     def _size_of(self, inputs: tuple) -> int:
-        i = self._first
-        if len(inputs) <= i or not isinstance(inputs[i], torch.Tensor) or inputs[i].dim() == 0:
+        i, d = self._first, self._dim
+        if len(inputs) <= i or not isinstance(inputs[i], torch.Tensor) or inputs[i].dim() <= d:
             got = "nothing" if len(inputs) <= i else (
-                "a 0-d tensor" if isinstance(inputs[i], torch.Tensor) else type(inputs[i]).__name__)
-            raise TypeError(f"input {i} ({self._names[i]!r}): expected a tensor whose dim 0 is the batch, got {got}")
-        return inputs[i].shape[0]
+                f"a {inputs[i].dim()}-d tensor" if isinstance(inputs[i], torch.Tensor) else type(inputs[i]).__name__)
+            raise TypeError(f"input {i} ({self._names[i]!r}): expected a tensor whose dim {d} is the {self.axis}, "
+                            f"got {got}")
+        return inputs[i].shape[d]
 
     def __call__(self, *inputs, **named):
         if named:
@@ -98,26 +104,29 @@ class BucketedModel:
         bucket = self._table[n] if n < len(self._table) else 0
         if not bucket:
             padding = f"; with padding, sizes 1 to {self.sizes[-1]} run" if self.pad else ""
+            option = "--batch" if self.axis == "batch" else f"--buckets {self.axis}=SIZES"
             raise ValueError(
-                f"input {self._first} ({self._names[self._first]!r}): batch size {n} is not one this package "
-                f"was built for (buckets {list(self.sizes)}{padding}): rebuild with --batch including {n}"
+                f"input {self._first} ({self._names[self._first]!r}): {self.axis} size {n} is not one this package "
+                f"was built for (buckets {list(self.sizes)}{padding}): rebuild with {option} including {n}"
                 + ("" if self.pad else ", or with --pad to run it in the next larger bucket"))
         model = self._models.get(bucket) or self.bucket(bucket)
         if bucket == n:
             return model(*inputs)
-        for i in self._inputs:
-            if i < len(inputs) and isinstance(inputs[i], torch.Tensor) and inputs[i].dim() and inputs[i].shape[0] != n:
-                raise ValueError(f"input {i} ({self._names[i]!r}): batch size {inputs[i].shape[0]}, but input "
-                                 f"{self._first} has {n}: batched inputs must agree on dim 0")
-        padded = tuple(pad_rows(t, bucket) if i in self._inputs else t for i, t in enumerate(inputs))
+        for i, d in self._inputs.items():
+            t = inputs[i] if i < len(inputs) else None
+            if isinstance(t, torch.Tensor) and t.dim() > d and t.shape[d] != n:
+                raise ValueError(f"input {i} ({self._names[i]!r}): {self.axis} size {t.shape[d]}, but input "
+                                 f"{self._first} has {n}: inputs sharing the {self.axis} axis must agree")
+        padded = tuple(pad_rows(t, bucket, self._inputs[i]) if i in self._inputs else t for i, t in enumerate(inputs))
         outputs = model(*padded)
         for i in model.mutated:
             if i in self._inputs:
-                inputs[i].copy_(padded[i][:n])
+                inputs[i].copy_(padded[i].narrow(self._inputs[i], 0, n))
         leaves, spec = flatten(outputs)
-        for i in self._outputs:
-            leaves[i] = leaves[i][:n]
+        for i, d in self._outputs.items():
+            leaves[i] = leaves[i].narrow(d, 0, n)
         return unflatten(spec, leaves)
 
     def __repr__(self):
-        return f"<Model {self.name} on {self.device}, batch buckets {list(self.sizes)}{' padded' if self.pad else ''}>"
+        return (f"<Model {self.name} on {self.device}, {self.axis} buckets {list(self.sizes)}"
+                f"{' padded' if self.pad else ''}>")

@@ -313,7 +313,7 @@ class Package:
         finally:
             cuda.set_current_context(previous)
         program = importlib.import_module(f"{self._import_name or m.name}.{variant.program}")
-        name = m.name if bucket is None else f"{m.name}[batch {bucket}]"
+        name = m.name if bucket is None else f"{m.name}[{m.shapes.axis} {bucket}]"
         ranges = m.shapes.ranges if isinstance(m.shapes, Dynamic) else None
         return Loaded(name, dev.variant, dev.device, dev.context, program.forward, kernels,
                       [InputSpec.of(i) for i in shape.inputs], ranges)

@@ -53,13 +53,26 @@ class Static:
 
 @dataclass(frozen=True)
 class Buckets:
-    """One specialization per batch size; ``pad``: sizes between them run in the next one."""
+    """One specialization per size of one axis (the batch, dim 0 of ``batched_inputs``, or a
+    named axis of the model's, at ``dims``); ``pad``: sizes between them run in the next one,
+    padded with zeros along the axis, the outputs at ``out_dims`` cut back."""
 
     sizes: tuple[int, ...]
     pad: bool = False
     batched_inputs: tuple[int, ...] = ()
     batched_outputs: tuple[int, ...] = ()
     mode: str = field(default="buckets", init=False)
+    axis: str = BATCH
+    dims: tuple[tuple[int, int], ...] = ()  # (flat input, dim) carrying the axis; () : dim 0 of batched_inputs
+    out_dims: tuple[tuple[int, int], ...] = ()  # (flat output, dim); () : dim 0 of batched_outputs
+
+    @property
+    def input_dims(self) -> tuple[tuple[int, int], ...]:
+        return self.dims or tuple((i, 0) for i in self.batched_inputs)
+
+    @property
+    def output_dims(self) -> tuple[tuple[int, int], ...]:
+        return self.out_dims or tuple((i, 0) for i in self.batched_outputs)
 
 
 @dataclass(frozen=True)

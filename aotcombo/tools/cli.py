@@ -97,6 +97,11 @@ def _parser() -> argparse.ArgumentParser:
         "else the default ones cut or tiled along dim 0",
     )
     shapes.add_argument(
+        "--buckets", metavar="AXIS=SIZES",
+        help="one specialization per size of an axis the model file's get_dynamic_axes() names, e.g. "
+        "seq=128,256,512 (batch=1,2,4 is --batch 1,2,4)",
+    )
+    shapes.add_argument(
         "--dynamic", metavar="AXIS=MIN:MAX,...",
         help="compile once with symbolic sizes, e.g. batch=1:32 or batch=1:32,seq=1:512: one set of kernels "
         "serves every size in range, grids computed per call. batch is dim 0 of the batched inputs; other axes "
@@ -104,8 +109,9 @@ def _parser() -> argparse.ArgumentParser:
         "dynamic_axes form)",
     )
     build.add_argument("--pad", action="store_true",
-                       help="with --batch: run a size between buckets in the next larger one, padded with zero rows "
-                       "(the build checks on the CPU that padding leaves each row's outputs unchanged)")
+                       help="with --batch or --buckets: run a size between buckets in the next larger one, padded "
+                       "with zeros along the axis (the build checks on the CPU that padding leaves the outputs, cut "
+                       "back, and the model's state unchanged: for a sequence, the model's mask must hide the padding)")
     build.add_argument("--weights", choices=("packaged", "external"), default="packaged",
                        help="packaged (default): the wheel carries the model's weights; external: it carries none, "
                        "and load(weights=model.state_dict()) gives them (for weights too large to ship in a wheel)")

@@ -30,11 +30,14 @@ def _options(args, options_mod):
     an unwritable --out should not cost a model load."""
     from ..errors import UsageError
 
-    if args.pad and not args.batch:
-        raise UsageError("--pad needs --batch", fix="pass --batch with the bucket sizes, e.g. --batch 1,2,4,8 --pad")
+    if args.pad and not (args.batch or args.buckets):
+        raise UsageError("--pad needs --batch or --buckets",
+                         fix="pass the bucket sizes, e.g. --batch 1,2,4,8 --pad or --buckets seq=128,256,512 --pad")
     shapes = None
     if args.batch:
         shapes = options_mod.parse_batch(args.batch, args.pad)
+    elif args.buckets:
+        shapes = options_mod.parse_buckets(args.buckets, args.pad)
     elif args.dynamic:
         shapes = options_mod.parse_dynamic(args.dynamic)
     return options_mod.BuildOptions.checked(
@@ -56,7 +59,7 @@ def _build(args, reporter) -> int:
         modelfile.run_eager(model, inputs, path=path)
         if args.batch or args.dynamic:
             make_inputs = modelfile.batch_inputs_function(path, args.inputs_fn)
-        axes = modelfile.dynamic_axes_of(path, args.axes_fn) if args.dynamic or args.axes_fn else None
+        axes = modelfile.dynamic_axes_of(path, args.axes_fn) if args.dynamic or args.buckets or args.axes_fn else None
     result = pipeline.build_package(model, inputs, options, reporter=reporter, model_file=path,
                                     make_inputs=make_inputs, dynamic_axes=axes)
     s = result.summary()

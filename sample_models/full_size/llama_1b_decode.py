@@ -14,7 +14,7 @@ from llama_1b import config
 MAX_CACHE = 1024
 
 
-def get_model(dtype=torch.bfloat16, device="cpu"):
+def get_model(dtype=torch.bfloat16, device="cpu", max_cache=MAX_CACHE):
     """On ``device`` from the start: the cache's layers hold its tensors themselves, so a
     ``.cuda()`` afterwards would move the module's buffers but not the cache's."""
     from transformers import GenerationConfig, LlamaForCausalLM
@@ -23,8 +23,8 @@ def get_model(dtype=torch.bfloat16, device="cpu"):
     torch.manual_seed(0)
     model = LlamaForCausalLM(config(dtype)).to(dtype).to(device).eval()
     model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static",
-                                               cache_config={"batch_size": 1, "max_cache_len": MAX_CACHE})
-    exportable = TorchExportableModuleWithStaticCache(model, batch_size=1, max_cache_len=MAX_CACHE,
+                                               cache_config={"batch_size": 1, "max_cache_len": max_cache})
+    exportable = TorchExportableModuleWithStaticCache(model, batch_size=1, max_cache_len=max_cache,
                                                       device=torch.device(device))
     return CacheStep(exportable).eval()
 

@@ -77,3 +77,23 @@ def test_sizes_the_package_was_not_built_for_are_refused(dynamic):
     ids, mask = padded_inputs(2, 9, vocab, seed=1)
     with pytest.raises(ValueError, match=r"'attention_mask'\): seq size 8, but input 0 \('input_ids'\) has 9"):
         loaded(ids, mask[:, :8])
+
+
+@pytest.mark.parametrize("graphs", [True, False], ids=["graph", "op_by_op"])
+def test_sequence_buckets_pad_exactly(graphs):
+    """BERT-base at batch 8 with ``--buckets seq=16,32,64,128 --pad``: lengths between buckets
+    run padded with zeros (ids and mask) in the next bucket, the hidden states cut back."""
+    eager = model_file("bert_base", FULL_SIZE_DIR).get_model(device="cuda")
+    loaded = import_package("full_bert_base_seq").load("cuda", graphs=graphs, weights=eager.state_dict())
+    model32 = as_float32(eager, ())[0]
+    report = []
+    for seq in (1, 7, 16, 17, 31, 64, 100, 128):
+        inputs = padded_inputs(8, seq, 30522, seed=seq)
+        with torch.no_grad():
+            ref, ref32 = eager(*inputs), model32(*inputs)
+        for call in range(3 if graphs else 1):
+            rows = check(loaded(*inputs), ref, ref32)
+            report += [{"model": "bert_base_seq", "graphs": graphs, "seq": seq, "call": call, **r} for r in rows]
+    assert_all_ok(report, "dynamic_axes_check.jsonl")
+    with pytest.raises(ValueError, match=r"seq size 129 is not one this package was built for"):
+        loaded(*padded_inputs(8, 129, 30522, seed=1))

@@ -11,7 +11,7 @@ import torch
 from aotcombo.builder.pipeline import build_package
 from aotcombo.errors import UnsupportedModelError, UsageError
 from aotcombo.runtime.inputs import InputSpec, make_input_check
-from aotcombo.runtime.manifest import Dynamic
+from aotcombo.runtime.manifest import Buckets, Dynamic
 from aotcombo.testing import zoo
 from aotcombo.testing.compare import leaves, relative_error
 from aotcombo.tools import interpret
@@ -96,3 +96,36 @@ def test_axis_declaration_errors(tmp_path, axes, message):
     with pytest.raises(UsageError, match=message):
         build_package(module.get_model().eval(), module.get_example_inputs(), arch=["sm_90"], out=tmp_path,
                       cache=False, jobs=1, shapes=Dynamic(batch=(1, 4), seq=(1, 64)), dynamic_axes=axes)
+
+
+@pytest.fixture(scope="module")
+def seq_buckets(tmp_path_factory):
+    module = zoo.model_file("bert")
+    model = module.get_model().eval()
+    result = build_package(model, module.get_example_inputs(), arch=["sm_90"], name="bert_seq",
+                           out=tmp_path_factory.mktemp("seq"), cache=False, jobs=1,
+                           shapes=Buckets((16, 32), pad=True, axis="seq"), dynamic_axes=module.get_dynamic_axes())
+    return model, result
+
+
+def test_buckets_on_a_named_axis_pad_exactly(seq_buckets):
+    model, result = seq_buckets
+    shapes = result.manifest.shapes
+    assert (shapes.axis, shapes.sizes, shapes.dims) == ("seq", (16, 32), ((0, 1), (1, 1)))
+    assert shapes.out_dims == ((0, 1),)  # last_hidden_state [b, seq, d]; pooler_output [b, d] is not cut
+    assert [s.batch for s in result.manifest.specializations] == [16, 32]
+    ids, mask = _inputs(2, 23, 1000, seed=5)  # runs in bucket 32, padded with zeros
+    padded = tuple(torch.cat([t, t.new_zeros(2, 9)], 1) for t in (ids, mask))
+    got = leaves(interpret.run_variant(result, 1, padded))
+    with torch.no_grad():
+        ref = leaves(model(ids, mask))
+    assert relative_error(got[0][:, :23], ref[0]) <= 1e-4 and relative_error(got[1], ref[1]) <= 1e-4
+
+
+def test_padding_that_would_write_state_is_refused(tmp_path):
+    from aotcombo.testing.paths import sample_model
+
+    source = sample_model("llama_static_cache")  # padded positions would write the KV cache
+    with pytest.raises(UsageError, match=r"--pad: (output 0 at seq \d+ changes|the model's state)"):
+        build_package(source.get_model(), source.get_prompt_inputs(), arch=["sm_90"], out=tmp_path, cache=False,
+                      jobs=1, shapes=Buckets((8, 16), pad=True, axis="seq"), dynamic_axes=source.get_dynamic_axes())

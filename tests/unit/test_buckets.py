@@ -132,7 +132,7 @@ def test_bucketed_model_pads_between_buckets():
     assert torch.equal(counter, torch.ones(3))  # the in-place update reached the caller's rows
     with pytest.raises(ValueError, match="sizes 1 to 4 run"):
         model(torch.randn(5, 6), bias, torch.zeros(5))
-    with pytest.raises(ValueError, match="must agree on dim 0"):
+    with pytest.raises(ValueError, match="inputs sharing the batch axis must agree"):
         model(torch.randn(3, 6), bias, torch.zeros(2))
     model.warm_up()
     assert sorted(loaded) == [2, 4]
@@ -192,3 +192,33 @@ def test_cli_rejects_padding_a_model_that_mixes_rows(tmp_path):
     run = subprocess.run([sys.executable, "-m", "aotcombo", "build", str(model_file), "--pad", "--out", str(out)],
                          capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 2 and "--pad needs --batch" in run.stderr
+
+
+class _FakeSeqBucket:
+    """A bucket model over a sequence axis (dim 1 of ids and mask): sums the masked rows."""
+
+    def __init__(self, size):
+        self.size, self.mutated = size, ()
+
+    def __call__(self, ids, mask):
+        assert ids.shape[1] == self.size and mask.shape[1] == self.size
+        return (ids * mask)[:, :, None].float().expand(-1, -1, 3), (ids * mask).sum(1)
+
+
+def test_buckets_on_a_named_axis_pad_and_cut_along_it():
+    loaded = {}
+    seq = Buckets((4, 8), True, axis="seq", dims=((0, 1), (1, 1)), out_dims=((0, 1),))
+    model = BucketedModel("m", torch.device("cpu"), lambda s: loaded.setdefault(s, _FakeSeqBucket(s)), seq,
+                          ["ids", "mask"])
+    ids, mask = torch.randint(1, 9, (2, 5)), torch.ones(2, 5, dtype=torch.int64)
+    hidden, total = model(ids, mask)
+    assert list(loaded) == [8] and hidden.shape == (2, 5, 3) and torch.equal(total, ids.sum(1))
+    assert torch.equal(hidden[:, :, 0], ids.float())
+    with pytest.raises(ValueError, match=r"'mask'\): seq size 4, but input 0 has 5: inputs sharing the seq axis"):
+        model(ids, mask[:, :4])
+    with pytest.raises(ValueError, match=r"seq size 9 is not one this package was built for .* --buckets seq=SIZES"):
+        model(torch.ones(2, 9, dtype=torch.int64), torch.ones(2, 9, dtype=torch.int64))
+    assert options.parse_buckets("seq=8,4", pad=True) == Buckets((4, 8), True, axis="seq")
+    assert options.parse_buckets("batch=2,1") == Buckets((1, 2))
+    with pytest.raises(UsageError, match="not of the form AXIS=SIZE"):
+        options.parse_buckets("8,16")

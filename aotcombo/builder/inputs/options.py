@@ -7,6 +7,7 @@ names the bad option and its fix. Every later stage takes the options as given.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ...errors import OutputError, UsageError
-from ...runtime.manifest import Buckets, Dynamic, ShapeMode, Static
+from ...runtime.manifest import BATCH, Buckets, Dynamic, ShapeMode, Static
 
 DEFAULT_ARCHS = ("sm_80", "sm_90")
 SUPPORTED_ARCHS = (75, 80, 86, 87, 89, 90, 100, 103, 120)  # what Triton's NVIDIA backend targets
@@ -157,6 +158,18 @@ def parse_batch(text: str | Sequence[int], pad: bool = False) -> Buckets:
     return check_shapes(Buckets(tuple(sizes), pad))
 
 
+def parse_buckets(text: str, pad: bool = False) -> Buckets:
+    """``--buckets seq=128,256,512`` -> ``Buckets((128, 256, 512), pad, axis="seq")``;
+    ``--buckets batch=1,2,4`` is ``--batch 1,2,4``."""
+    axis, sep, sizes = text.partition("=")
+    axis = axis.strip()
+    if not sep or not _NAME.match(axis):
+        raise UsageError(f"--buckets {text!r} is not of the form AXIS=SIZE,SIZE,...",
+                         fix="pass --buckets seq=128,256,512 (an axis the model names) or --batch 1,2,4")
+    buckets = parse_batch(sizes, pad)
+    return buckets if axis == BATCH else dataclasses.replace(buckets, axis=axis)
+
+
 def parse_dynamic(text: str) -> Dynamic:
     """``--dynamic batch=1:32,seq=1:512`` -> ``Dynamic(batch=(1, 32), seq=(1, 512))``; an axis
     without a range (``batch``) runs from 1 to 65536."""
@@ -183,7 +196,7 @@ def check_shapes(shapes: ShapeMode) -> ShapeMode:
         for size in shapes.sizes:
             if not 1 <= size <= MAX_BATCH:
                 raise UsageError(f"--batch: {size} is out of range", fix=f"use sizes from 1 to {MAX_BATCH}")
-        return Buckets(tuple(sorted(set(shapes.sizes))), bool(shapes.pad))
+        return dataclasses.replace(shapes, sizes=tuple(sorted(set(shapes.sizes))), pad=bool(shapes.pad))
     if isinstance(shapes, Dynamic):
         if not shapes.axes:
             raise UsageError("Dynamic(): no axis given", fix="pass Dynamic(batch=(1, 32)) or --dynamic batch=1:32")

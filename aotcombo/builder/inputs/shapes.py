@@ -32,7 +32,7 @@ import torch
 
 from ...errors import UsageError
 from ...runtime.buckets import pad_rows
-from ...runtime.manifest import Dynamic, ShapeMode, Static
+from ...runtime.manifest import BATCH, Dynamic, ShapeMode, Static
 from .axes import trace_inputs
 from .modelfile import buffers_kept
 from .signature import input_names
@@ -174,6 +174,10 @@ def specialize(model, inputs: tuple, shapes: ShapeMode, make_inputs, reporter,
 
         traced, shapes = trace_inputs(shapes, inputs, input_names(model, len(inputs)), dynamic_axes, find_batch)
         return {None: traced}, shapes
+    if shapes.axis != BATCH:
+        from .axis_buckets import bucket_inputs
+
+        return bucket_inputs(model, shapes, inputs, input_names(model, len(inputs)), dynamic_axes, reporter)
     by_size, batched = example_inputs_by_size(inputs, shapes.sizes, make_inputs)
     outputs: list[int] = []
     if shapes.pad:

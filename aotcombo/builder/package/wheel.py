@@ -112,7 +112,8 @@ def _shapes_sentence(shapes) -> str:
         return (f"Dynamic axes (any size in range, one set of kernels): {axes}; in graph mode each distinct "
                 "size is captured at its second call.")
     if isinstance(shapes, Buckets):
-        sizes = f"Batch sizes (dim 0 of the batched inputs): {', '.join(map(str, shapes.sizes))}"
+        sizes = (f"Batch sizes (dim 0 of the batched inputs): {', '.join(map(str, shapes.sizes))}"
+                 if shapes.axis == "batch" else f"Sizes of axis {shapes.axis}: {', '.join(map(str, shapes.sizes))}")
         return sizes + ("; sizes between them run padded to the next one." if shapes.pad else ".") + (
             " The inputs above are those of the largest; each size loads at its first call (model.warm_up() "
             "loads all).")

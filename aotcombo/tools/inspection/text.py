@@ -64,16 +64,18 @@ def format_text(info: dict, arch: str | None = None) -> str:
 
 
 def _shapes_line(shapes: dict) -> list[str]:
-    inputs = ", ".join(str(i) for i in shapes.get("batched_inputs", []))
     if shapes["mode"] == "dynamic":
         return [f"{a['name']}: dynamic, from {a['min']} to {a['max']} ("
                 + ", ".join(f"input {i} dim {d}" for i, d in a["dims"]) + ")" for a in shapes["axes"]] + [
                 "grids computed per call; a CUDA graph per distinct size in graph mode (the shapes and launches "
                 "below hold for the whole range)"]
     if shapes["mode"] == "buckets":
-        return [f"batch: buckets {', '.join(map(str, shapes['sizes']))} (dim 0 of inputs {inputs})"
+        axis = shapes.get("axis", "batch")
+        dims = shapes.get("dims") or [(i, 0) for i in shapes.get("batched_inputs", [])]
+        where = ", ".join(f"input {i} dim {d}" for i, d in dims)
+        return [f"{axis}: buckets {', '.join(map(str, shapes['sizes']))} ({where})"
                 + (", sizes between buckets padded to the next one" if shapes["pad"] else ", exact sizes only")
-                + f"; shown below: batch {max(shapes['sizes'])}"]
+                + f"; shown below: {axis} {max(shapes['sizes'])}"]
     return []
 
 
