@@ -6,12 +6,13 @@ the default call, and the serving path on its static inputs), at batch 1 and 8.
     PYTHONPATH=<site with llm_prefill and llm_decode>:. PYTHONUNBUFFERED=1 \\
         python3 benchmarks/llm_bench.py --out $OUT
 
-A decode step reads every weight but the embedding table (of which it gathers b rows) and,
-attending over the whole static cache, every cache position of its b sequences: those bytes
-over the step's time are its bandwidth, set against a device-to-device copy's (read + write)
+A decode step reads every weight but the embedding table (of which it gathers b rows) and
+the cache positions its b sequences have written (up to their positions; eager and
+reduce-overhead read the whole static cache, the package only those): those bytes over the
+step's time are its bandwidth, set against a device-to-device copy's (read + write)
 measured in the same run. Times: synchronized wall clock per step (the next step cannot
-start before its token is known), median over --steps, after a warm-up; a cache position
-in the middle of the cache (1024), the prompt written first.
+start before its token is known), median over --steps, after a warm-up; every sequence at
+cache position ``POSITION`` (the middle of the cache), given per sequence ([b, 1]).
 """
 
 from __future__ import annotations
@@ -32,11 +33,14 @@ from aotcombo.testing.llm import sample  # noqa: E402
 from aotcombo.testing.timing import copy_bandwidth, time_synced, warm_up  # noqa: E402
 
 
+POSITION = 1024
+
+
 def step_bytes(s, model, batch: int) -> int:
     weights = sum(p.numel() * p.element_size() for name, p in model.named_parameters()
                   if not name.startswith("tok_embeddings"))
     embedding = batch * s.DIM * 2
-    cache = s.LAYERS * 2 * batch * s.KV_HEADS * s.MAX_SEQ * s.HEAD_DIM * 2
+    cache = s.LAYERS * 2 * batch * s.KV_HEADS * (POSITION + 1) * s.HEAD_DIM * 2
     return weights + embedding + cache
 
 
@@ -65,8 +69,8 @@ def main() -> None:
     compiled = None
     for batch in (int(b) for b in args.batches.split(",")):
         g = torch.Generator().manual_seed(batch)
-        sets = [(torch.randint(0, s.VOCAB, (batch, 1), generator=g).to(device), torch.tensor([1024], device=device))
-                for _ in range(4)]
+        sets = [(torch.randint(0, s.VOCAB, (batch, 1), generator=g).to(device),
+                 torch.full((batch, 1), POSITION, device=device)) for _ in range(4)]
         row = {"batch": batch, "bytes": step_bytes(s, eager, batch)}
         with torch.no_grad():
             row["eager_ms"] = _time(eager, sets, args.steps)
@@ -115,7 +119,7 @@ def profile(s, weights, device, steps: int = 20) -> None:
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
     model = import_package("llm_decode").load("cuda", weights=weights, graphs=False)
-    tokens, pos = torch.randint(0, s.VOCAB, (1, 1), device=device), torch.tensor([1024], device=device)
+    tokens, pos = torch.randint(0, s.VOCAB, (1, 1), device=device), torch.tensor([[POSITION]], device=device)
     with torch.no_grad():
         for _ in range(5):
             model(tokens, pos)

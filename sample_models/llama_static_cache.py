@@ -8,7 +8,15 @@ TorchExportableModuleWithStaticCache`` (transformers 5.x): it registers the cach
 cache's layers update through their own references; they are the package's state
 (``exportable.key_cache_0``, ...). Its ``forward(input_ids, inputs_embeds, cache_position)``
 sets each layer's length to ``cache_position[0]`` and returns the logits [1, T, vocab];
-``Step`` passes ``input_ids`` [1, 1] and ``cache_position`` [1] (int64) by keyword::
+``Step`` passes ``input_ids`` [1, 1] and ``cache_position`` [1] (int64) by keyword.
+
+One position for the whole batch, by transformers' design (5.24): each ``StaticLayer`` keeps
+one 0-dim ``cumulative_length`` and writes every row's keys at ``arange(T) +
+cumulative_length`` (``index_copy_`` along the position dim); the wrapper sets it from
+``cache_position[0]``, passes no attention mask, and the model derives its positions from
+it. A position per sequence (``sample_models/llm_decode.py``'s ``input_pos`` [batch, T])
+would need another cache layer; transformers' own way to batch prompts of different lengths
+is left padding with a 2-D attention mask, every row still writing the same slot::
 
     aotcombo build sample_models/llama_static_cache.py --arch sm_90 --out dist/
 

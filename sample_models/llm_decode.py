@@ -5,17 +5,22 @@ attention), SwiGLU MLP (2816), RMSNorm, rotary position embeddings, vocab 32000,
 KV cache of 2048 positions for up to 8 sequences, bf16, random weights (seed 0): 221 MB of
 weights, 64 MB of cache.
 
-``forward(tokens, input_pos)``: ``tokens`` is [batch, T] token ids, ``input_pos`` the T
-cache positions they take ([T] int64). Each layer writes its new keys and values into its
-cache buffers in place (``index_copy_`` along the position dim, gpt-fast's and
-transformers' ``StaticCache``'s way), then attends over the whole cache with a causal mask
-built from ``input_pos``, so one build serves every step. It returns the logits of the
-last position, [batch, vocab]. Attention folds each key/value head's 4 query heads into
-its query rows, so the cache is read as it is, never repeated per query head.
+``forward(tokens, input_pos)``: ``tokens`` is [batch, T] token ids; ``input_pos`` the cache
+positions they take, either [T] (int64), the same for every sequence, or [batch, T], each
+sequence its own (a server's batch of requests at different points: row i's tokens go to
+positions ``input_pos[i]`` of sequence slot i, and it attends over its own positions up to
+those). Each layer writes its new keys and values into its cache buffers in place
+(``index_copy_`` along the position dim for [T], gpt-fast's and transformers'
+``StaticCache``'s way; ``index_put_`` at (row, position) for [batch, T]), then attends over
+the cache with a causal mask built from ``input_pos``, per row for [batch, T], so one build
+serves every step; our attention kernel reads only the keys that mask lets a row see
+(``aotcombo/builder/kernels/attention``). It returns the logits of the last position,
+[batch, vocab]. Attention folds each key/value head's 4 query heads into its query rows,
+so the cache is read as it is, never repeated per query head.
 
 Two packages over one cache (``README.md``, "An LLM decode loop"): the decode step (T = 1,
-``get_example_inputs``) and the prefill (T = 128, ``get_prefill_inputs``; shorter prompts
-are left-aligned and padded, their padding positions overwritten later), each with batch
+a position per sequence, ``input_pos`` [batch, 1]: ``get_example_inputs``) and the prefill
+(T = 128, ``input_pos`` [128]: ``get_prefill_inputs``), each with batch
 buckets 1, 4, 8 and ``--weights external`` (the weights stay out of the wheels;
 ``load("cuda", weights=model.state_dict())`` gives them, ``load(..., state=...)`` shares
 the cache)::
@@ -23,6 +28,12 @@ the cache)::
     aotcombo build sample_models/llm_decode.py --batch 1,4,8 --weights external --name llm_decode
     aotcombo build sample_models/llm_decode.py --inputs-fn get_prefill_inputs --batch 1,4,8 \\
         --weights external --name llm_prefill
+
+Prompts of different lengths n_i (``aotcombo.testing.llm.generate_ragged``): prefill them
+left-aligned and padded to 128 without their last token (its logits are not used; positions
+past n_i - 1 hold padding until overwritten), then decode row i's last prompt token at
+position n_i - 1, its first generated token at n_i, and so on: each row attends only over
+its own positions, never over another row's padding.
 """
 
 import math
@@ -49,7 +60,7 @@ class RMSNorm(nn.Module):
 
 
 def rotate(x, cos, sin):
-    """Rotary embedding of x [b, heads, T, d] at positions whose cos/sin are [T, d/2]."""
+    """Rotary embedding of x [b, heads, T, d] at positions whose cos/sin are [1 or b, 1, T, d/2]."""
     x1, x2 = x.float().unflatten(-1, (-1, 2)).unbind(-1)
     out = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
     return out.type_as(x)
@@ -71,8 +82,13 @@ class Attention(nn.Module):
         k = rotate(k.view(b, t, KV_HEADS, HEAD_DIM).transpose(1, 2), cos, sin)
         v = v.view(b, t, KV_HEADS, HEAD_DIM).transpose(1, 2)
         k_cache, v_cache = self.k_cache[:b], self.v_cache[:b]
-        k_cache.index_copy_(2, input_pos, k)
-        v_cache.index_copy_(2, input_pos, v)
+        if input_pos.dim() == 1:  # [T]: every row at the same positions
+            k_cache.index_copy_(2, input_pos, k)
+            v_cache.index_copy_(2, input_pos, v)
+        else:  # [b, T]: row i at its own positions, (i, input_pos[i]) of the cache seen as [batch, pos, heads, d]
+            rows = torch.arange(b, device=x.device)[:, None]  # into the whole buffer: a slice's write copies it
+            self.k_cache.transpose(1, 2).index_put_((rows, input_pos), k.transpose(1, 2))
+            self.v_cache.transpose(1, 2).index_put_((rows, input_pos), v.transpose(1, 2))
         # Grouped-query attention: the GROUP query heads sharing a key/value head become rows
         # of one query block, [b, KV_HEADS, GROUP * t, d], so the cache is read once, as is.
         folded = q.reshape(b, KV_HEADS, GROUP * t, HEAD_DIM)
@@ -110,8 +126,9 @@ class Decoder(nn.Module):
 
     def forward(self, tokens, input_pos):
         x = self.tok_embeddings(tokens)
-        cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]
-        mask = self.causal[input_pos][None, None]  # [1, 1, T, MAX_SEQ]: what each position may see
+        pos = input_pos[None] if input_pos.dim() == 1 else input_pos  # [1 or b, T]
+        cos, sin = self.rope_cos[pos][:, None], self.rope_sin[pos][:, None]  # [1 or b, 1, T, d/2]
+        mask = self.causal[pos][:, None]  # [1 or b, 1, T, MAX_SEQ]: what each row's positions may see
         for layer in self.layers:
             x = layer(x, cos, sin, mask, input_pos)
         return self.output(self.norm(x[:, -1]))
@@ -132,14 +149,16 @@ def get_model():
 PROMPT = 128  # the prefill package's prompt length
 
 
-def get_example_inputs(batch=1, tokens=1, seed=0, start=0):
-    """A decode step: ``tokens`` token ids per sequence at positions ``start ..
-    start + tokens - 1`` (default one token at position 0)."""
+def get_example_inputs(batch=1, seed=0, positions=None):
+    """A decode step: one token id per sequence, each at its own position (``input_pos``
+    [batch, 1]; ``positions``: a list of them, by default row i at 37 i + 5, distinct)."""
     g = torch.Generator().manual_seed(seed)
-    return (torch.randint(0, VOCAB, (batch, tokens), generator=g),
-            torch.arange(start, start + tokens, dtype=torch.int64))
+    positions = [37 * i + 5 for i in range(batch)] if positions is None else positions
+    return (torch.randint(0, VOCAB, (batch, 1), generator=g),
+            torch.tensor(positions, dtype=torch.int64).view(batch, 1))
 
 
 def get_prefill_inputs(batch=1, seed=0):
-    """A prompt of ``PROMPT`` tokens per sequence at positions 0 .. PROMPT - 1."""
-    return get_example_inputs(batch=batch, tokens=PROMPT, seed=seed)
+    """A prompt of ``PROMPT`` tokens per sequence at positions 0 .. PROMPT - 1 (``input_pos`` [PROMPT])."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, VOCAB, (batch, PROMPT), generator=g), torch.arange(PROMPT, dtype=torch.int64)

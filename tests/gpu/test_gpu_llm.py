@@ -13,15 +13,13 @@ against eager, in graph mode and op by op, at batch 1 and 4:
 Loads hold their own state; reset_state() puts the loaded values back.
 """
 
-import copy
 import os
 
 import pytest
 import torch
 
 from aotcombo.testing.compare import relative_error
-from aotcombo.testing.gpu import import_package
-from aotcombo.testing.llm import Packaged, generate, prompt, sample
+from aotcombo.testing.llm import Packaged, generate, is_tie, on_gpu, prompt
 
 pytestmark = pytest.mark.gpu
 STEPS = 64
@@ -29,12 +27,7 @@ STEPS = 64
 
 @pytest.fixture(scope="module")
 def llm():
-    s = sample()
-    model = s.get_model()
-    weights = model.state_dict()
-    reference = copy.deepcopy(model).float().cuda()  # eager in fp32: the yardstick for both
-    eager = model.to("cuda")
-    return s, eager, reference, weights, import_package("llm_prefill"), import_package("llm_decode")
+    return on_gpu()
 
 
 def _empty_caches(*models):
@@ -42,13 +35,6 @@ def _empty_caches(*models):
         for name, b in model.named_buffers():
             if name.endswith("_cache"):
                 b.zero_()
-
-
-def _is_tie(eager_logits, ours_logits, row) -> bool:
-    """The package's choice is within twice the logit difference the two show of eager's best."""
-    mine = int(ours_logits[row].argmax())
-    noise = float((ours_logits[row].float() - eager_logits[row].float()).abs().max())
-    return float(eager_logits[row].max() - eager_logits[row, mine]) <= 2 * noise
 
 
 def _log(line: str) -> None:
@@ -77,9 +63,9 @@ def test_greedy_decode_matches_eager(llm, graphs, batch):
             worst, worst_eager = max(worst, relative_error(o, r)), max(worst_eager, relative_error(e, r))
             for row in range(batch):
                 if int(o[row].argmax()) != int(e[row].argmax()):
-                    assert _is_tie(e, o, row), f"step {step}, sequence {row}: the package's token is no tie"
+                    assert is_tie(e, o, row), f"step {step}, sequence {row}: the package's token is no tie"
                     ties.append((step, row))
-            inputs.append((e.argmax(-1)[:, None], torch.tensor([t + step], device="cuda")))
+            inputs.append((e.argmax(-1)[:, None], torch.full((batch, 1), t + step, device="cuda")))
         theirs, fp32 = dict(eager.named_buffers()), dict(reference.named_buffers())
         cache = max(relative_error(v[:batch], fp32[k][:batch]) for k, v in ours.cache().items())
         cache_eager = max(relative_error(theirs[k][:batch], fp32[k][:batch]) for k in ours.cache())
@@ -110,21 +96,21 @@ def test_greedy_decode_matches_eager(llm, graphs, batch):
                 eager(x, torch.arange(t, device="cuda"))
                 ours.prefill(x, torch.arange(t, device="cuda"))
                 for i in range(step - 1):
-                    p = torch.tensor([t + i], device="cuda")
+                    p = torch.full((batch, 1), t + i, device="cuda")
                     token = prefix[:, i:i + 1].contiguous()
                     eager(token, p)
                     ours.decode(token, p)
-                p = torch.tensor([pos], device="cuda")
+                p = torch.full((batch, 1), pos, device="cuda")
                 token = prefix[:, -1:].contiguous()
                 e, o = eager(token, p), ours.decode(token, p)
-        assert _is_tie(e, o, row), line
+        assert is_tie(e, o, row), line
 
 
 def test_loads_hold_their_own_state_and_reset_restores_it(llm):
     s, eager, reference, weights, prefill, decode = llm
     first, second = decode.load("cuda", weights=weights), decode.load("cuda", weights=weights)
     assert set(first.state()) == {f"layers.{i}.attention.{c}_cache" for i in range(s.LAYERS) for c in "kv"}
-    token, pos = torch.tensor([[17]], device="cuda"), torch.tensor([5], device="cuda")
+    token, pos = torch.tensor([[17]], device="cuda"), torch.tensor([[5]], device="cuda")
     first(token, pos)
     torch.cuda.synchronize()
     written = first.state()["layers.0.attention.k_cache"]

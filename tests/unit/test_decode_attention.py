@@ -96,6 +96,50 @@ def test_a_small_causal_block_attends_in_one_kernel(tmp_path, dtype):
     assert _no_torch_attention(result)
 
 
+class PerRowCache(nn.Module):
+    """A batched decode step whose rows sit at their own positions (sample_models/llm_decode.py
+    with ``input_pos`` [batch, 1]): q [b, kv heads, group, dim] (a key/value head's query
+    heads folded into rows), each row's mask the causal row of its position, [b, 1, group, keys]."""
+
+    def __init__(self, heads=2, dim=32, keys=2048, group=4):
+        super().__init__()
+        self.group = group
+        self.register_buffer("k_cache", torch.randn(4, heads, keys, dim))
+        self.register_buffer("v_cache", torch.randn(4, heads, keys, dim))
+        self.register_buffer("causal", torch.tril(torch.ones(keys, keys, dtype=torch.bool)), persistent=False)
+
+    def forward(self, q, input_pos):
+        b = q.shape[0]
+        mask = self.causal[input_pos][:, None].repeat(1, 1, self.group, 1)  # input_pos [b, 1]
+        return F.scaled_dot_product_attention(q, self.k_cache[:b], self.v_cache[:b], attn_mask=mask)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rows_at_their_own_positions_read_only_the_written_keys(tmp_path, dtype):
+    """Rows at positions 3, 17, 200 and 1500 of a 2048-key cache: each row's own mask, against
+    eager; then with every key and value past each row's position made NaN (what an unwritten
+    cache may hold), the output is bit for bit the same: no program reads past its row's
+    position (reading them, even masked, would make NaN: 0 x NaN)."""
+    positions = torch.tensor([[3], [17], [200], [1500]])
+    model = PerRowCache()
+    result = _check(model, [torch.randn(4, 2, 4, 32), positions], tmp_path, dtype)
+    kernels = _attention_kernels(result)
+    assert len(kernels) == 2 and kernels[0].startswith("decode_attention_split")
+    assert _no_torch_attention(result)
+    q = torch.randn(4, 2, 4, 32, generator=torch.Generator().manual_seed(2)).to(dtype)
+    clean = interpret.run_variant(result, 0, [q, positions])
+    names = [t.name for t in result.manifest.weights.tensors]
+    for name in ("k_cache", "v_cache"):
+        cache = result.weights[names.index(name)]
+        for row, pos in enumerate(positions[:, 0].tolist()):
+            cache[row, :, pos + 1:] = float("nan")
+    poisoned = interpret.run_variant(result, 0, [q, positions])
+    assert torch.equal(poisoned, clean)
+    with torch.no_grad():
+        ref = model.to(dtype).double()(q.double(), positions)
+    assert relative_error(clean, ref) <= (1e-5 if dtype == torch.float32 else 1e-2)
+
+
 def test_a_prefill_keeps_torchs_attention(tmp_path):
     q = torch.randn(1, 2, 64, 32)  # 64 query rows: more than MAX_ROWS
     result = build_package(CacheAttention().eval(), [q, torch.arange(64)], arch=["sm_90"], out=tmp_path, cache=False)

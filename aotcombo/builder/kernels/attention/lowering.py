@@ -8,10 +8,13 @@ at batch 1 with 4 key/value heads, cuDNN's attention kept 4 of an H100's 132 SMs
 (``templates/decode_attention.py.j2``): ``splits`` programs per (batch, head) each take a
 slice of the keys and leave a partial output with its row maxima and sums in float32; one
 program per (batch, head, query row) merges them into the output, in the layout the program
-reads it through. A small attention (at most ``SMALL_ROWS`` queries and ``SMALL_KEYS`` keys,
-causal or not, e.g. a short sequence's block) is one kernel of ours: one program per (batch,
-head, 16 query rows) over all its keys, writing the output itself (torch's memory-efficient
-kernel took 8 us for a float32 [2, 8, 64, 32] block). Sizes and strides are fixed at build time; the split
+reads it through. With a mask, each program first finds the first and last key its rows may
+see and reads only those (a decode row of a static cache: the positions written so far, each
+row its own; exact for any mask, as a key none may see adds nothing). A small attention
+(at most ``SMALL_ROWS`` queries and ``SMALL_KEYS`` keys, causal or not, e.g. a short
+sequence's block) is one kernel of ours: one program per (batch, head, 16 query rows) over
+all its keys, writing the output itself (torch's memory-efficient kernel took 8 us for a
+float32 [2, 8, 64, 32] block). Sizes and strides are fixed at build time; the split
 is chosen so one call has about ``TARGET_PROGRAMS`` programs. Calls that fit neither (a
 prefill, a dynamic batch, odd head sizes) stay torch's.
 """
