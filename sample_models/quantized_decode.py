@@ -3,7 +3,7 @@ stay bf16), dequantized in plain torch the way users hand-write it.
 
 2 layers, d_model 512, 8 query heads and 2 key/value heads of 64 over a past of 64 positions
 given as inputs, SwiGLU MLP (1536), RMSNorm, vocab 4096. ``forward(tokens, k_past, v_past)``:
-``tokens`` [batch, 1], the pasts [layers, batch, kv_heads, 64, 64] bf16; returns the logits of
+``tokens`` [batch, 1], the pasts [batch, layers, kv_heads, 64, 64] bf16; returns the logits of
 the step, [batch, vocab].
 
 - ``get_model()``: int8 weights with a bf16 scale per output channel. The attention's
@@ -126,7 +126,7 @@ class QuantizedDecoder(nn.Module):
     def forward(self, tokens, k_past, v_past):
         x = self.tok_embeddings(tokens)
         for i, layer in enumerate(self.layers):
-            x = layer(x, k_past[i], v_past[i])
+            x = layer(x, k_past[:, i], v_past[:, i])
         return self.output(self.norm(x[:, -1]))
 
 
@@ -147,6 +147,6 @@ def get_int4_model():
 
 def get_example_inputs(batch: int = 1, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
-    past = (LAYERS, batch, KV_HEADS, PAST, HEAD_DIM)
+    past = (batch, LAYERS, KV_HEADS, PAST, HEAD_DIM)
     return (torch.randint(0, VOCAB, (batch, 1), generator=g),
             torch.randn(past, generator=g).to(DTYPE), torch.randn(past, generator=g).to(DTYPE))
