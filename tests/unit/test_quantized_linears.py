@@ -200,6 +200,20 @@ def test_the_layout_is_read_from_the_model_s_ops(layout, expected):
     assert found == [expected]
 
 
+class ScaleView(Int8):
+    """The scale on the product through a view and a cast: ``* self.scale.view(1, -1).to(x.dtype)``."""
+
+    def forward(self, x):
+        return F.linear(x, self.weight.to(x.dtype)) * self.scale.float().view(1, -1).to(x.dtype)
+
+
+def test_a_scale_on_the_product_through_views_and_casts():
+    torch.manual_seed(0)
+    found, graph, _ = _layouts(ScaleView(256, 512, True), torch.randn(1, 512))
+    assert found == [quant.Quant(8, 512, False, "none", 0.0, "bfloat16")]
+    assert [op.op for op in graph.ops if isinstance(op, g.Extern)] == ["aotcombo::fused_linear.default"]
+
+
 def test_past_16_rows_inductor_dequantizes_and_the_weights_stay_int8():
     torch.manual_seed(0)
     _, graph, weights = _layouts(Block(_int8(False)), torch.randn(32, 1, 512))
@@ -215,6 +229,25 @@ def test_a_layout_aotcombo_cannot_read_is_refused_naming_the_layer():
                                                     r"0.weight \(uint8 \[256, 256\]\)") as caught:
         trace_entry.trace_model(model, (torch.randn(1, 512, dtype=torch.bfloat16),), 90)
     assert "int4 two per byte" in caught.value.fix
+
+
+class Masked(nn.Module):
+    """A pruning mask (bool) and a row index (int64) on a float weight: not quantized bytes."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(256, 512))
+        self.register_buffer("mask", torch.rand(256, 512) > 0.5)
+        self.register_buffer("rows", torch.randperm(256))
+
+    def forward(self, x):
+        return F.linear(x, (self.weight * self.mask)[self.rows])
+
+
+def test_a_weight_computed_with_masks_or_indices_is_no_quantized_one():
+    torch.manual_seed(0)
+    found, graph, _ = _layouts(Masked(), torch.randn(1, 512))
+    assert found == [] and graph.ops
 
 
 def test_dequantize_and_its_expansion_agree():

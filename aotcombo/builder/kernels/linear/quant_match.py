@@ -30,6 +30,11 @@ from .quant import Quant, dequantize_eager
 
 aten = torch.ops.aten
 _ASSERT = aten._assert_tensor_metadata.default
+# what quantized bytes are held in (int16/int32: packed layouts aotcombo refuses); not indices
+# (int64) or masks (bool), read by a weight's ops as the model's constants
+_STORAGE = (torch.int8, torch.uint8, torch.int16, torch.int32)
+_SCALE_VIEWS = (aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.unsqueeze.default,
+                aten.slice.Tensor)
 SUPPORTED = ("int8 or uint8 bytes [N, K] with a scale per output channel or per group along K; int4 two per "
              "byte along K ([N, K // 2], the even k in the low or high nibble) with a scale per group, a zero "
              "point or offset per group optional; dequantized as (q - zero) * scale or q * scale + offset, in "
@@ -95,7 +100,7 @@ def _candidates(q, floats, n: int, k: int, dtype: str):
     """``(bits, scale, zero, spec template)`` to try: the layouts whose shapes fit."""
     qv = _val(q)
     bits = 8 if tuple(qv.shape) == (n, k) else 4 if tuple(qv.shape) == (n, k // 2) and k % 2 == 0 else None
-    if bits is None:
+    if bits is None or qv.dtype not in (torch.int8, torch.uint8):
         return []
     found = []
     for scale in floats:
@@ -156,7 +161,7 @@ def recognise(ep, module: torch.nn.Module) -> int:
         if side is None or any(leaf.name not in kinds for leaf in side[1]):
             continue
         nodes, leaves = side
-        integers = [leaf for leaf in leaves if not _val(leaf).is_floating_point() and _val(leaf).numel() > 1]
+        integers = [leaf for leaf in leaves if _val(leaf).dtype in _STORAGE and _val(leaf).numel() > 1]
         if not integers:
             continue
         n, k = _val(w).shape
@@ -188,12 +193,15 @@ def _dequantized_weight(ep, module, kinds: dict, nodes: list, leaves: list, inte
     if key not in seen:
         constants = {leaf: _real(module, ep, kinds[leaf.name].target) for leaf in leaves
                      if leaf not in integers and leaf not in floats}
-        found = _layout(nodes, leaves, integers[0], floats, constants, *shape)
+        try:
+            found = _layout(nodes, leaves, integers[0], floats, constants, *shape)
+        except Exception:  # noqa: BLE001 - ops that do not run on the CPU: no layout of ours
+            found = None
         seen[key] = found and (leaves.index(found[0]), found[1] and leaves.index(found[1]), found[2])
     if seen[key] is None:
         return None
     s, z, spec = seen[key]
-    return integers[0], [leaves[s]] + ([] if z is None else [leaves[z]]), spec, None
+    return integers[0], [leaves[s]] + ([] if z is None else [leaves[z]]), spec, None, []
 
 
 def _real(module, ep, target: str) -> torch.Tensor:
@@ -204,7 +212,7 @@ def _real(module, ep, target: str) -> torch.Tensor:
 
 def _scaled_product(linear, w, integers, kinds, n: int, k: int, dtype: str):
     """``linear(x, q.to(dtype)) * scale`` (a scale per output channel, of the product's dtype):
-    ``(q, [scale], Quant, the multiply)``, or None."""
+    ``(q, [scale], Quant, the multiply, the views of the scale)``, or None."""
     q = integers[0]
     if (w.target is not aten._to_copy.default or w.args[0] is not q or set(w.kwargs) != {"dtype"}
             or tuple(_val(q).shape) != (n, k) or not _val(q).is_contiguous()):
@@ -214,15 +222,23 @@ def _scaled_product(linear, w, integers, kinds, n: int, k: int, dtype: str):
         return None
     mul = users[0]
     scale = mul.args[1] if mul.args[0] is linear else mul.args[0]
-    sv = _val(scale)
+    sv, chain = _val(scale), []
+    while isinstance(scale, torch.fx.Node) and (scale.target in _SCALE_VIEWS or _is_cast(scale)):
+        chain.append(scale)  # scale.view(1, -1), scale[None, :], scale.to(x.dtype): the same n values
+        scale = scale.args[0]
     if (not isinstance(scale, torch.fx.Node) or scale.name not in kinds or sv is None or not sv.is_floating_point()
             or sv.numel() != n or sv.shape[-1] != n or sv.dim() > _val(linear).dim()
+            or not _val(scale).is_floating_point() or _val(scale).numel() != n or not _val(scale).is_contiguous()
             or _val(mul).dtype != _val(linear).dtype or tuple(_val(mul).shape) != tuple(_val(linear).shape)):
         return None
-    return q, [scale], Quant(8, k, False, "none", 0.0, dtype), mul
+    return q, [scale], Quant(8, k, False, "none", 0.0, dtype), mul, chain
 
 
-def _replace(graph, linear, w, nodes, q, operands, spec: Quant, mul) -> None:
+def _is_cast(node) -> bool:
+    return node.target is aten._to_copy.default and set(node.kwargs) == {"dtype"} and len(node.args) == 1
+
+
+def _replace(graph, linear, w, nodes, q, operands, spec: Quant, mul, chain: list) -> None:
     with graph.inserting_before(linear):
         dequant = graph.call_function(torch.ops.aotcombo.dequantize.default, (q, operands, spec.to_json()))
     dequant.meta["val"] = torch.ops.aotcombo.dequantize.default(_val(q), [_val(o) for o in operands], spec.to_json())
@@ -231,7 +247,7 @@ def _replace(graph, linear, w, nodes, q, operands, spec: Quant, mul) -> None:
     if mul is not None:
         mul.replace_all_uses_with(linear)
         graph.erase_node(mul)
-    for node in reversed(nodes):
+    for node in [*reversed(nodes), *chain]:
         for user in list(node.users):
             if user.target is _ASSERT:
                 graph.erase_node(user)
