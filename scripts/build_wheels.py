@@ -5,9 +5,10 @@
 The four sample models (sm_80, sm_90); unless --samples-only, each sample again
 with batch buckets (<sample>_buckets: --batch 1,2,4,8,16,32 --pad) and with a
 dynamic batch (<sample>_dynamic: --dynamic batch=1:256), all sm_90, and one
-package per construct of tests/models/coverage_models.py named cov_<construct> (sm_90), and
-sample_models/sampling_head.py at batch 1 and 16 (sm_90).
---shapes-only builds just the bucket and dynamic ones.
+package per construct of tests/models/coverage_models.py named cov_<construct> (sm_90),
+sample_models/sampling_head.py at batch 1 and 16 (sm_90), and sample_models/quantized_decode.py
+int8 and int4 (quantized_int8, quantized_int4) at batch 1, 4, 16 and 32 (sm_90).
+--shapes-only builds just the bucket and dynamic ones; --quantized-only just the quantized ones.
 """
 
 from __future__ import annotations
@@ -52,6 +53,18 @@ def build_sampling_head(out: Path) -> None:
     print(keep_one(result).name, flush=True)
 
 
+def build_quantized(out: Path) -> None:
+    """sample_models/quantized_decode.py, int8 and int4, at batch 1, 4, 16 (kernels of ours) and 32
+    (Inductor's) (tests/gpu/test_gpu_quantized.py)."""
+    path = ROOT / "sample_models" / "quantized_decode.py"
+    for name, model_fn in (("quantized_int8", "get_model"), ("quantized_int4", "get_int4_model")):
+        start = time.perf_counter()
+        model, inputs = load_model_file(path, model_fn)
+        result = build(model, inputs, arch=["sm_90"], name=name, out=out, make_inputs=batch_inputs_function(path),
+                       shapes=Buckets((1, 4, 16, 32)))
+        print(f"{keep_one(result).name}: {time.perf_counter() - start:.1f} s", flush=True)
+
+
 def keep_one(result) -> Path:
     """The wheel pip picks on the GPU machine (the native one; the pure one where none was
     built): only that one travels."""
@@ -65,10 +78,13 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / ".carry" / "wheels"))
     parser.add_argument("--samples-only", action="store_true")
     parser.add_argument("--shapes-only", action="store_true")
+    parser.add_argument("--quantized-only", action="store_true")
     args = parser.parse_args()
     out = Path(args.out)
     if args.shapes_only:
         return build_shapes(out)
+    if args.quantized_only:
+        return build_quantized(out)
     for name in SAMPLES:
         start = time.perf_counter()
         model, inputs = load_model_file(ROOT / "sample_models" / f"{name}.py")
@@ -78,6 +94,7 @@ def main() -> None:
         return
     build_shapes(out)
     build_sampling_head(out)
+    build_quantized(out)
     from aotcombo.testing.corpora import coverage_models as corpus
 
     coverage_models = corpus()

@@ -33,6 +33,7 @@ from .inputs import shapes as shapes_mod
 from .inputs.environment import check_environment
 from .inputs.options import BuildOptions
 from .inputs.signature import input_names
+from .kernels.linear.subclasses import flatten as flatten_subclasses
 from .package import weights as weights_policy
 from .package.manifest import VariantBuild, assemble, stats
 from .package.wheel import save_weights, write_wheels
@@ -89,7 +90,7 @@ def _inputs(build: Build) -> None:
     """The environment, the build cache, the example inputs per shape, the trace keys."""
     check_environment()
     build.cache = Cache.from_options(build.options.cache, warn=build.reporter.warning)
-    build.model = build.model.eval()
+    build.model = flatten_subclasses(build.model.eval())  # torchao's quantized weights: plain tensors
     build.by_batch, build.shapes = shapes_mod.specialize(build.model, build.example_inputs, build.options.shapes,
                                                          build.make_inputs, build.reporter, build.dynamic_axes)
     # Before any trace: a trace imports Inductor, whose configs are part of the key once imported.

@@ -4,7 +4,9 @@
 
 - ``linear/``: linears of one input combined (``combine``); a small matmul with the norm before
   and the pointwise ops after it, or a decode step's GEMV, as one kernel (``match``, ``recipe``,
-  ``lowering``; ``fused_linear.py.j2``).
+  ``lowering``; ``fused_linear.py.j2``); weights the model dequantizes from int8 or packed int4
+  bytes and scales (``quant_match``, ``quant``; torchao's subclasses first made plain tensors,
+  ``subclasses``), read as bytes by a decode step's fused linears.
 - ``attention/``: attention of a few query rows over many keys (an LLM decode step) split over
   the keys (``lowering``; ``decode_attention.py.j2``).
 """

@@ -17,7 +17,7 @@ from ...errors import UnsupportedModelError
 from ...runtime.manifest import Dynamic
 from .. import graph as g
 from ..inputs.usercode import where
-from ..kernels.linear import combine as linear_combine, match as linear_match
+from ..kernels.linear import combine as linear_combine, match as linear_match, quant as linear_quant, quant_match
 from . import decompositions
 from .capture import run_inductor
 from .diagnosis import export_failure, inductor_failure, located, quiet_logs
@@ -59,10 +59,12 @@ def trace_model(module: torch.nn.Module, example_inputs: tuple, arch: int, *, in
         ep = ep.run_decompositions({} if inductor_combo_kernels else decompositions.table())
         literals_on_the_gpu(ep)
         if not inductor_combo_kernels:
+            quant_match.recognise(ep, module)  # weights the model dequantizes: one op each
             linear_combine.combine(ep, module)
             linear_combine.fold_residuals(ep)
             if dynamic is None:  # its kernels are sized at build time
                 linear_match.fuse(ep)
+            linear_quant.expand(ep)  # those no kernel of ours reads: back to ATen ops
         signature = ep.graph_signature
         scatter_into_whole_buffers(ep)
         state = write_state_in_place(ep)

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from ...errors import InspectError
-from ...runtime.manifest import Manifest, ManifestError
+from ...runtime.manifest import ITEMSIZE, Manifest, ManifestError
 from .source import locate
 
 
@@ -48,6 +49,7 @@ def inspect_package(target: str | Path) -> dict:
         "ptx_arch": f"sm_{manifest.ptx_arch}",
         "inputs": [dataclasses.asdict(i) for i in manifest.inputs],
         "weights": {"file": w.file, "file_bytes": w.file_bytes, "tensors": len(w.tensors), "bytes": w.bytes,
+                    "bytes_by_dtype": _bytes_by_dtype(w.tensors),
                     "external": len(w.external), "state": list(w.state),
                     "tied": {t.name: t.same_as for t in w.tensors if t.same_as is not None}},
         "extern_ops": list(manifest.extern_ops),
@@ -56,6 +58,16 @@ def inspect_package(target: str | Path) -> dict:
         "variants": variants,
         "shapes": dataclasses.asdict(manifest.shapes),
     }
+
+
+def _bytes_by_dtype(tensors) -> dict[str, int]:
+    """The weights' bytes per dtype, the most first (a tied tensor once): a quantized model's
+    int8 or uint8 bytes and its scales."""
+    total: dict[str, int] = {}
+    for t in tensors:
+        if t.same_as is None:
+            total[t.dtype] = total.get(t.dtype, 0) + ITEMSIZE.get(t.dtype, 1) * math.prod(t.shape)
+    return dict(sorted(total.items(), key=lambda item: -item[1]))
 
 
 def variant_order(info: dict) -> list[str]:

@@ -18,6 +18,8 @@ def format_text(info: dict, arch: str | None = None) -> str:
         _inputs_line(info["inputs"]),
         *_shapes_line(info["shapes"]),
         f"weights: {w['tensors'] if w['tensors'] is not None else '?'} tensors, {_mb(w['bytes'])}"
+        + (f" ({', '.join(f'{d} {_mb(b)}' for d, b in w['bytes_by_dtype'].items())})"
+           if len(w.get("bytes_by_dtype") or {}) > 1 else "")
         + (f" ({w['file']}: {_mb(w['file_bytes'])})" if w.get("file") else "")
         + (f"; tied: {', '.join(f'{a} = {b}' for a, b in w['tied'].items())}" if w.get("tied") else "")
         + (f"; {w['external']} given at load (--weights external)" if w.get("external") else "")

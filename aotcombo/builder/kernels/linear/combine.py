@@ -10,7 +10,8 @@ model's tensors when the build reads them, and at load from the parts the caller
 (``load(weights=state_dict)``; ``--weights external``), so it always follows its parts.
 
 Only parameters used by that one linear are combined, of one dtype and input width, all with
-a bias or none.
+a bias or none. Weights the model dequantizes (``quant``) combine the same way over their
+bytes, scales and zero points (buffers too), those of one layout.
 
 A residual added to the output of a linear without bias, ``linear(x, W) + r``, becomes
 ``addmm(r, x, W.T)`` (``fold_residuals``): cuBLAS adds it as the matmul's C input, and the
@@ -25,6 +26,9 @@ from __future__ import annotations
 import operator
 
 import torch
+
+from ..common import recompiled
+from .quant import is_dequantize, parts as dequantize_parts
 
 SEPARATOR = "|"
 
@@ -47,25 +51,38 @@ def combine(ep, model: torch.nn.Module) -> int:
     aten = torch.ops.aten
     graph, signature = ep.graph, ep.graph_signature
     params = {s.arg.name: s for s in signature.input_specs if s.kind == InputKind.PARAMETER}
+    written = {s.target for s in signature.output_specs if s.target}
+    buffers = {s.arg.name: s for s in signature.input_specs if s.kind == InputKind.BUFFER and s.target not in written}
     groups: dict = {}
     for node in graph.nodes:
         if node.target is not aten.linear.default or node.kwargs:
             continue
         x, weight, bias = (*node.args, None)[:3]
-        if weight.name not in params or len(weight.users) != 1 or bias is not None and (
-                bias.name not in params or len(bias.users) != 1):
+        if bias is not None and (bias.name not in params or len(bias.users) != 1):
+            continue
+        if is_dequantize(weight):  # its bytes, scale and zero: parameters or buffers read there alone
+            q, operands, _ = dequantize_parts(weight)
+            if len(weight.users) == 1 and all(t.name in params.keys() | buffers.keys() and len(t.users) == 1
+                                              for t in (q, *operands)):
+                groups.setdefault((x, weight.args[2], q.meta["val"].dtype, q.meta["val"].shape[1], len(operands),
+                                   bias is None), []).append(node)
+            continue
+        if weight.name not in params or len(weight.users) != 1:
             continue
         w = weight.meta["val"]
         groups.setdefault((x, w.dtype, w.shape[1], bias is None), []).append(node)
     folded = 0
-    for (x, _, _, no_bias), nodes in groups.items():
+    for (x, *_, no_bias), nodes in groups.items():
         if len(nodes) < 2:
             continue
         weights = [n.args[1] for n in nodes]
         biases = [] if no_bias else [n.args[2] for n in nodes]
-        new_inputs = [_combined_input(ep, model, weights, params)]
-        if biases:
-            new_inputs.append(_combined_input(ep, model, biases, params))
+        tensors, parts_of_dequantized = {**params, **buffers}, []
+        if is_dequantize(weights[0]):
+            weight, parts_of_dequantized = _combined_dequantize(ep, model, weights, tensors)
+        else:
+            weight = _combined_input(ep, model, weights, params)
+        new_inputs = [weight] + ([_combined_input(ep, model, biases, params)] if biases else [])
         with graph.inserting_before(nodes[0]):
             fused = graph.call_function(aten.linear.default, (x, *new_inputs))
             start = 0
@@ -78,14 +95,27 @@ def combine(ep, model: torch.nn.Module) -> int:
         fused.meta["val"] = torch.ops.aten.linear.default(x.meta["val"], *(i.meta["val"] for i in new_inputs))
         for n in nodes:
             graph.erase_node(n)
-        for old in weights + biases:
-            signature.input_specs.remove(params[old.name])
+        for old in weights + biases + parts_of_dequantized:
+            if not is_dequantize(old):
+                signature.input_specs.remove(tensors[old.name])
             graph.erase_node(old)
         folded += len(nodes) - 1
     if folded:
         graph.lint()
         ep.graph_module.recompile()
     return folded
+
+
+def _combined_dequantize(ep, model, nodes: list, tensors: dict):
+    """One dequantize node over the concatenated bytes, scales and zero points of the
+    dequantize ``nodes`` (of one layout), placed before the first; and the placeholders of
+    their parts, which go once the nodes have gone."""
+    columns = list(zip(*([dequantize_parts(n)[0], *dequantize_parts(n)[1]] for n in nodes)))
+    leaves = [_combined_input(ep, model, list(column), tensors) for column in columns]
+    with ep.graph.inserting_before(nodes[0]):
+        made = ep.graph.call_function(torch.ops.aotcombo.dequantize.default, (leaves[0], leaves[1:], nodes[0].args[2]))
+    made.meta["val"] = made.target(leaves[0].meta["val"], [c.meta["val"] for c in leaves[1:]], nodes[0].args[2])
+    return made, [old for column in columns for old in column]
 
 
 def _combined_input(ep, model, nodes: list, params: dict):
@@ -136,6 +166,7 @@ def fold_residuals(ep) -> int:
             continue
         for linear, residual in (add.args, add.args[::-1]):
             if (isinstance(linear, torch.fx.Node) and linear.target is aten.linear.default
+                    and not is_dequantize(linear.args[1])  # its kernel of ours adds r after the product
                     and (len(linear.args) == 2 or linear.args[2] is None) and len(linear.users) == 1
                     and isinstance(residual, torch.fx.Node)):
                 out, r = linear.meta["val"], residual.meta["val"]
@@ -158,7 +189,4 @@ def fold_residuals(ep) -> int:
         graph.erase_node(add)
         graph.erase_node(linear)
         folded += 1
-    if folded:
-        graph.lint()
-        ep.graph_module.recompile()
-    return folded
+    return recompiled(ep, folded)

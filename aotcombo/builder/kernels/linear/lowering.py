@@ -38,7 +38,8 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
     names = (["bias_ptr"] if r.bias else []) + (["norm_weight_ptr"] if r.norm_weight else []) + (
         ["norm_bias_ptr"] if r.norm_bias else []) + [f"e{i}_ptr" for i in range(len(r.extras))]
     kinds = dict(zip(names, ([r.bias] if r.bias else []) + ["row"] * (r.norm_weight + r.norm_bias) + list(r.extras)))
-    params = ["x_ptr", "w_ptr", *names, "out_ptr"]
+    quantized = ["scale_ptr"] + (["zero_ptr"] if r.quant.zero != "none" else []) if r.quant else []
+    params = ["x_ptr", "w_ptr", *quantized, *names, "out_ptr"]
     values = [x.name, weight.name, *(o.name for o in operands), op.out]
 
     def load(param: str, value: str, offset: int = 0) -> str:
@@ -52,6 +53,12 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
     by_param = dict(zip(params, values))
     lines = []
     products = ["acc", "acc_up"] if r.glu else ["acc"]
+    quant = None
+    if r.quant:
+        quant = {p: _dequantize_lines(r, spec[weight.name].stride, t.gemv, i) for i, p in enumerate(products)}
+        if r.quant.per_channel(r.k):
+            lines += [f"{p} = {p} * tl.load(scale_ptr + {i * r.n} + rn, mask=mask_n, other=0.0).to(tl.float32)[None, :]"
+                      for i, p in enumerate(products)]
     if r.bias:
         lines += [f"{p} = {p} + {load('bias_ptr', by_param['bias_ptr'], i * r.n)}" for i, p in enumerate(products)]
     if r.epilogue and r.dtype != "float32":
@@ -67,6 +74,7 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
                 "weight": "norm_weight_ptr" if r.norm_weight else None,
                 "bias": "norm_bias_ptr" if r.norm_bias else None}
     summary = (f"[{r.m}, {r.k}] x [{r.k}, {r.n}]" + (" twice (gate and up)" if r.glu else "") + f" {r.dtype}"
+               + (f" (weight {r.quant.describe(r.k)})" if r.quant else "")
                + (f", {r.norm} norm first" if r.norm else "")
                + (f", then {', '.join(s for _, s, _ in r.epilogue)}" if r.epilogue else "")
                + f"; tiles {t.block_m}x{t.block_n}x{t.block_k}" + (" gemv" if t.gemv else ""))
@@ -77,7 +85,7 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
         norm=norm, operand_type=TRITON_DTYPE[r.dtype], epilogue=lines, result=r.result,
         out_type=TRITON_DTYPE[r.out_dtype],
         dot_options=f', input_precision="{recipes.FP32_DOT_PRECISION}"' if r.dtype == "float32" else "",
-        glu=r.glu, glu_offset=r.n * (w_stride[0] if r.weight_layout == "nk" else w_stride[1]), gemv=t.gemv,
+        glu=r.glu, quant=quant, glu_offset=r.n * (w_stride[0] if r.weight_layout == "nk" else w_stride[1]), gemv=t.gemv,
     )
     source = render("fused_linear.py.j2", name="KERNEL", **context)
     name = "fused_linear_" + hashlib.sha256(source.encode()).hexdigest()[:12]
@@ -92,6 +100,40 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
         num_stages=t.num_stages,
     )
     return kernel, tuple(g.Ref(v) for v in values)
+
+
+def _dequantize_lines(r: Recipe, q_stride: tuple, gemv: bool, half: int) -> list[str]:
+    """The lines that load one tile of the quantized W (its ``half``-th N rows: glu) into ``w``,
+    dequantized: [BLOCK_N, BLOCK_K] for the GEMV, [BLOCK_K, BLOCK_N] in the operands' dtype
+    for ``tl.dot``. A scale per output channel is left to the product (``kernel_for``)."""
+    quant, groups = r.quant, r.k // r.quant.group
+    rn, rk, mask = (("rn[:, None]", "rk[None, :]", "mask_n[:, None] & mask_k[None, :]") if gemv
+                    else ("rn[None, :]", "rk[:, None]", "mask_k[:, None] & mask_n[None, :]"))
+    start = f"{half * r.n * q_stride[0]} + " if half else ""
+    if quant.bits == 8:
+        lines = [f"w = tl.load(w_ptr + {start}{rn} * {q_stride[0]} + {rk} * {q_stride[1]}, mask={mask}, other=0)"
+                 ".to(tl.float32)"]
+    else:  # two weights a byte along k
+        shift = f"(1 - {rk} % 2) * 4" if quant.high_first else f"({rk} % 2) * 4"
+        lines = [f"w = tl.load(w_ptr + {start}{rn} * {q_stride[0]} + ({rk} // 2) * {q_stride[1]}, mask={mask}, "
+                 "other=0).to(tl.int32)",
+                 f"w = ((w >> ({shift})) & 15).to(tl.float32)"]
+    if quant.zero_value:
+        lines.append(f"w = w - {_number(quant.zero_value)}")
+    if not quant.per_channel(r.k):
+        index = (f"{half * r.n * groups} + " if half else "") + f"{rn} * {groups} + {rk} // {quant.group}"
+
+        def per_group(param: str) -> str:
+            return f"tl.load({param} + {index}, mask={mask}, other=0.0).to(tl.float32)"
+
+        if quant.zero == "point":
+            lines.append(f"w = w - {per_group('zero_ptr')}")
+        lines.append(f"w = w * {per_group('scale_ptr')}")
+        if quant.zero == "offset":
+            lines.append(f"w = w + {per_group('zero_ptr')}")
+    if not gemv:
+        lines.append(f"w = w.to({TRITON_DTYPE[r.dtype]})")
+    return lines
 
 
 def lower(graph: g.Graph) -> g.Graph:

@@ -21,10 +21,11 @@ import operator
 
 import torch
 
-from ..common import cdiv
+from ..common import cdiv, recompiled
 # The custom op the rewrite calls (torch.ops.aotcombo.fused_linear) is registered by recipe.
+from .quant import is_dequantize, parts as dequantize_parts
 from .recipe import (DECODE_DTYPES, DECODE_MAX_ROWS, FLOAT_DTYPES, FUSED_MAX_FLOPS, FUSED_MAX_FLOPS_FP32,
-                     FUSED_MAX_WEIGHT_BYTES, FUSED_MIN_PROGRAMS, GEMV_MAX_ROWS, Recipe, tiles)
+                     FUSED_MAX_WEIGHT_BYTES, FUSED_MIN_PROGRAMS, GEMV_MAX_ROWS, QUANT_MAX_ROWS, Recipe, tiles)
 
 aten = torch.ops.aten
 
@@ -52,6 +53,12 @@ def _is_weight(node, placeholders: set) -> bool:
     return isinstance(node, torch.fx.Node) and node in placeholders and _val(node) is not None and _val(node).dim() == 2
 
 
+def _is_quantized_weight(node, placeholders: set) -> bool:
+    """A weight the model dequantizes (``quant_match``): its bytes and scales weights of the program."""
+    return is_dequantize(node) and len(_users(node)) == 1 and all(
+        a in placeholders for a in node.all_input_nodes)
+
+
 def _is_cast(node) -> bool:
     """``x.to(dtype)`` (``_to_copy`` with only a dtype) or ``x.type_as(y)``."""
     return isinstance(node, torch.fx.Node) and (
@@ -64,7 +71,7 @@ def _matmul(node, placeholders: set):
     args, target = node.args, node.target
     if target is aten.linear.default and not node.kwargs:
         x, weight, bias = (*args, None)[:3]
-        if not _is_weight(weight, placeholders):
+        if not (_is_weight(weight, placeholders) or _is_quantized_weight(weight, placeholders)):
             return None
         return x, weight, "nk", bias, math.prod(_val(x).shape[:-1])
     if target in (aten.addmm.default, aten.mm.default) and not node.kwargs:
@@ -270,6 +277,10 @@ def fuse(ep) -> int:
         dtype = _val(weight).dtype
         max_flops = FUSED_MAX_FLOPS_FP32 if dtype == torch.float32 else FUSED_MAX_FLOPS
         few_rows = m <= GEMV_MAX_ROWS or m <= DECODE_MAX_ROWS and dtype in DECODE_DTYPES  # memory-bound
+        if is_dequantize(weight):  # ours up to QUANT_MAX_ROWS rows; else quant.expand gives it to Inductor
+            few_rows = m <= QUANT_MAX_ROWS
+            if not few_rows:
+                continue
         if _dtype_name(dtype) not in FLOAT_DTYPES or _val(x).dtype != dtype or any(
                 isinstance(s, torch.SymInt) for s in (*_val(x).shape, m)) or not few_rows and (
                 2 * m * n * k > max_flops or n * k * dtype.itemsize > FUSED_MAX_WEIGHT_BYTES):
@@ -297,11 +308,7 @@ def fuse(ep) -> int:
             continue
         _replace(graph, node, x, weight, layout, bias, bias_kind, m, n, k, norm, views, epilogue, halves)
         fused += 1
-    if fused:
-        graph.eliminate_dead_code()
-        graph.lint()
-        ep.graph_module.recompile()
-    return fused
+    return recompiled(ep, fused, dead_code=True)
 
 
 def _replace(graph, matmul, x, weight, layout, bias, bias_kind, m, n, k, norm, views, epilogue, halves) -> None:
@@ -322,6 +329,7 @@ def _replace(graph, matmul, x, weight, layout, bias, bias_kind, m, n, k, norm, v
         extras=tuple("full" if _val(e).dim() > 1 and _val(e).numel() == m * width else "row" for e in extras),
         epilogue=tuple(program), result=names[last],
         dtype=_dtype_name(_val(weight).dtype), out_dtype=_dtype_name(out_val.dtype),
+        quant=dequantize_parts(weight)[2] if is_dequantize(weight) else None,
     )
     operands = ([bias] if bias is not None else []) + (
         [norm[p] for p in ("weight", "bias") if norm[p] is not None] if norm else [])
@@ -332,8 +340,10 @@ def _replace(graph, matmul, x, weight, layout, bias, bias_kind, m, n, k, norm, v
         for e, kind in zip(operands + extras, kinds):
             made.append(graph.call_function(aten.reshape.default, (e, [m, width if e in extras else n] if kind == "full"
                                                                     else [-1])))
+        # a quantized weight: its bytes in W's place, its scale (and zero) first among the operands
+        weight, quantized = dequantize_parts(weight)[:2] if recipe.quant else (weight, [])
         call = graph.call_function(torch.ops.aotcombo.fused_linear.default,
-                                   (made[0], weight, made[1:], recipe.to_json()))
+                                   (made[0], weight, quantized + made[1:], recipe.to_json()))
         result = graph.call_function(aten.reshape.default, (call, list(out_val.shape)))
     for node in (*made, call, result):
         node.meta["val"] = node.target(*(_meta_args(a) for a in node.args))
@@ -341,7 +351,7 @@ def _replace(graph, matmul, x, weight, layout, bias, bias_kind, m, n, k, norm, v
     call.meta.update({key: value for key, value in matmul.meta.items() if key != "val"})
     last.replace_all_uses_with(result)
     dead = [s for s, _ in steps][::-1] + ([*halves[:2], *halves[2]] if halves else []) + [matmul] + views + (
-        norm["nodes"] if norm else [])
+        norm["nodes"] if norm else []) + [a for a in matmul.args[1:2] if is_dequantize(a)]
     for node in dead:
         for user in list(node.users):
             if user.target in _IGNORED_USERS:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from ..common import cdiv, next_power_of_2
+from .quant import Quant, dequantize_eager
 
 OP = "aotcombo::fused_linear"
 # benchmarks/results/fused_linear_bench.log: fused beats norm + cuBLAS + epilogue 1.2-2.7x up
@@ -33,6 +34,10 @@ MIN_PROGRAMS = 64  # the tile rule shrinks tiles until the grid has this many pr
 GEMV_MAX_ROWS, GEMV_BLOCK_N, GEMV_MAX_BLOCK_K = 1, 4, 1024
 DECODE_MAX_ROWS, DECODE_BLOCK_N, DECODE_MAX_BLOCK_K = 8, 32, 256
 DECODE_DTYPES = (torch.bfloat16, torch.float16)
+# A weight-only quantized weight (quant.py) reads a quarter to a half of the bytes of a 16-bit
+# one for the same products: up to 16 rows ours (dequantized in registers); more, Inductor's
+# dequantize-then-matmul (the weight dequantized per call, as the model wrote it).
+QUANT_MAX_ROWS = 16
 # float32 products as three tf32 ones (tensor cores): 1.2-1.8e-7 from float64, below the
 # 2.4-4.1e-7 of Triton's "ieee" dot, and 1.7-3x faster.
 FP32_DOT_PRECISION = "tf32x3"
@@ -62,6 +67,7 @@ class Recipe:
     result: str  # the value stored ("acc": the product itself)
     dtype: str  # of x, W and their product
     out_dtype: str  # of the value stored
+    quant: Quant | None = None  # W is quantized bytes; its scale (and zero) lead the operands
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -71,6 +77,7 @@ class Recipe:
         raw = json.loads(text)
         raw["extras"] = tuple(raw["extras"])
         raw["epilogue"] = tuple((v, op, tuple(args)) for v, op, args in raw["epilogue"])
+        raw["quant"] = Quant(**raw["quant"]) if raw.get("quant") else None
         return cls(**raw)
 
 
@@ -80,6 +87,9 @@ def fused_linear(x: torch.Tensor, weight: torch.Tensor, operands: list[torch.Ten
     r = Recipe.from_json(recipe)
     operands = list(operands)
     take = operands.pop
+    if r.quant:
+        scale = take(0)
+        weight = dequantize_eager(weight, scale, take(0) if r.quant.zero != "none" else None, r.quant)
     bias = take(0) if r.bias else None
     a = x.float()
     if r.norm == "layer":

@@ -1,0 +1,105 @@
+"""Weights held as tensor subclasses (torchao's ``quantize_``), before the build sees the model.
+
+torchao 0.18's weight-only configs make each ``nn.Linear``'s weight a tensor subclass holding
+int8 ``qdata`` [N, K], a ``scale`` and a ``zero_point`` per group of ``block_size[1]`` along K:
+``Int8Tensor`` (``Int8WeightOnlyConfig``: a scale per output channel, zero points of zeros) and
+``IntxUnpackedToInt8Tensor`` (``IntxWeightOnlyConfig``: int1..int8 values, one a byte, a scale
+and zero point per group or per channel). ``flatten`` gives a copy of the model in which each
+such linear is a ``FlattenedLinear`` over plain buffers ``<layer>.weight.qdata``, ``.scale``
+(and ``.zero_point``, in the scale's dtype, where not all zero) that dequantizes in torch ops,
+which ``quant_match`` reads like any hand-written int8 linear (a decode step's are kernels of
+ours). Any other subclass, or one that quantizes the activations too, is refused with an
+``UnsupportedModelError`` naming it and the layer. torchao is never imported: its tensors are
+read through their attributes.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ....errors import UnsupportedModelError
+
+SUPPORTED = ("torchao's weight-only Int8Tensor (Int8WeightOnlyConfig) and IntxUnpackedToInt8Tensor "
+             "(IntxWeightOnlyConfig) on an nn.Linear's weight")
+FIX = ("quantize the linears with torchao's Int8WeightOnlyConfig or IntxWeightOnlyConfig, or write the dequantize in "
+       "torch ops over int8 or packed int4 buffers and scales (sample_models/quantized_decode.py), or build the "
+       "model unquantized")
+_ACTIVATIONS = {"Int8Tensor": "act_quant_kwargs", "IntxUnpackedToInt8Tensor": "activation_quantization"}
+
+
+class FlattenedLinear(nn.Module):
+    """An ``nn.Linear`` whose weight was a torchao subclass: its int8 ``qdata`` [N, K], ``scale``
+    [N, groups] (and ``zero_point``) as buffers of a submodule ``weight``, the bias as it was."""
+
+    def __init__(self, qdata: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor | None, bias):
+        super().__init__()
+        n = qdata.shape[0]
+        self.weight = nn.Module()
+        self.weight.register_buffer("qdata", qdata)
+        self.weight.register_buffer("scale", scale.reshape(n, -1))
+        if zero is not None:
+            self.weight.register_buffer("zero_point", zero.reshape(n, -1).to(scale.dtype))
+        self.bias = bias
+
+    def forward(self, x):
+        q, scale = self.weight.qdata, self.weight.scale
+        n, k = q.shape
+        w = q.to(x.dtype).view(n, scale.shape[1], -1)
+        if hasattr(self.weight, "zero_point"):
+            w = w - self.weight.zero_point.to(x.dtype)[..., None]
+        return F.linear(x, (w * scale.to(x.dtype)[..., None]).view(n, k), self.bias)
+
+
+def _is_subclass(t) -> bool:
+    return isinstance(t, torch.Tensor) and type(t) not in (torch.Tensor, nn.Parameter) and hasattr(
+        t, "__tensor_flatten__")
+
+
+def _kind(t) -> str:
+    return f"{type(t).__module__}.{type(t).__qualname__}"
+
+
+def _refuse(where: str, t, why: str):
+    raise UnsupportedModelError(f"{where} is a {_kind(t)}, a tensor subclass {why}; aotcombo reads {SUPPORTED}",
+                                fix=FIX)
+
+
+def _flattened(layer: str, linear: nn.Linear, t) -> FlattenedLinear:
+    """The plain linear of an ``nn.Linear`` over a torchao weight-only subclass, or a refusal saying why not."""
+    where, kind = f"layer {layer}'s weight", type(t).__name__
+    if kind not in _ACTIVATIONS:
+        _refuse(where, t, "aotcombo cannot read")
+    if getattr(t, _ACTIVATIONS[kind], None) is not None:
+        _refuse(where, t, "that quantizes the activations too (a dynamic-activation config)")
+    qdata, scale, zero = (getattr(t, a, None) for a in ("qdata", "scale", "zero_point"))
+    block = list(getattr(t, "block_size", []) or [])
+    n, k = t.shape
+    if (not isinstance(qdata, torch.Tensor) or qdata.dtype != torch.int8 or tuple(qdata.shape) != (n, k)
+            or len(block) != 2 or block[0] != 1 or k % block[1] or not isinstance(scale, torch.Tensor)
+            or scale.numel() != n * (k // block[1]) or zero is not None and zero.numel() != scale.numel()):
+        _refuse(where, t, f"of a layout other than int8 [N, K] with a scale per group along K (block size {block})")
+    if zero is not None and not bool(zero.ne(0).any()):
+        zero = None  # symmetric
+    return FlattenedLinear(qdata.detach(), scale.detach(), None if zero is None else zero.detach(), linear.bias)
+
+
+def flatten(model: nn.Module) -> nn.Module:
+    """``model``, or a copy of it whose linears over torchao's ``Int8Tensor`` are plain
+    (``FlattenedLinear``); refuses any other tensor subclass, naming it and its layer."""
+    replaced: dict = {}
+    for layer, module in model.named_modules():
+        for name, t in [*module._parameters.items(), *module._buffers.items()]:
+            if not _is_subclass(t):
+                continue
+            if not (isinstance(module, nn.Linear) and name == "weight"):
+                _refuse(f"{f'{layer}.' if layer else ''}{name}", t, "outside an nn.Linear's weight")
+            replaced[id(module)] = _flattened(layer or "(the model)", module, t)
+    if not replaced:
+        return model
+    if id(model) in replaced:
+        return replaced[id(model)]
+    return copy.deepcopy(model, memo=dict(replaced))  # the rest copied, the user's model left as it is

@@ -1,0 +1,269 @@
+"""Weight-only quantized linears (builder/kernels/linear/quant.py, quant_match.py): the
+dequantize the model writes is found, a decode step's linears become kernels of ours that read
+the int8 / packed int4 bytes and dequantize in registers, and the package holds the bytes and
+the scales, never a dequantized copy.
+
+Each model is built for sm_90 and run under Triton's interpreter on fresh random inputs.
+Tolerance (relative L2 against the model in float64, its weights dequantized exactly): bf16 <=
+max(1e-2, 2 x eager bf16's own error), as for the other fused linears.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from aotcombo.builder import graph as g
+from aotcombo.builder.kernels.linear import quant
+from aotcombo.builder.pipeline import build_package
+from aotcombo.builder.trace import entry as trace_entry
+from aotcombo.errors import UnsupportedModelError
+from aotcombo.testing.compare import relative_error
+from aotcombo.tools import interpret
+
+GROUP = 128
+
+
+class Int8(nn.Module):
+    """int8 [N, K], a bf16 scale per output channel, on the product or on the weight."""
+
+    def __init__(self, n, k, scale_output):
+        super().__init__()
+        w = torch.randn(n, k)
+        scale = w.abs().amax(1) / 127
+        self.register_buffer("weight", torch.round(w / scale[:, None]).to(torch.int8))
+        self.register_buffer("scale", scale.to(torch.bfloat16))
+        self.scale_output = scale_output
+
+    def forward(self, x):
+        if self.scale_output:
+            return F.linear(x, self.weight.to(x.dtype)) * self.scale
+        return F.linear(x, self.weight.to(x.dtype) * self.scale[:, None])
+
+
+class Int4(nn.Module):
+    """Two int4 a uint8 along K, a scale per group of 128; ``layout``: "point" ((q - z) * s, the
+    even k low), "high_first" (the same, the even k high), "symmetric" ((q - 8) * s),
+    "offset" (q * s + z), "halves" (k < K / 2 low, the rest high: not a layout aotcombo reads)."""
+
+    def __init__(self, n, k, layout="point"):
+        super().__init__()
+        self.layout, groups = layout, k // GROUP
+        q = torch.randint(0, 16, (n, k), dtype=torch.uint8)
+        first, second = (q[:, :k // 2], q[:, k // 2:]) if layout == "halves" else (q[:, 0::2], q[:, 1::2])
+        if layout == "high_first":
+            first, second = second, first
+        self.register_buffer("weight", first | (second << 4))
+        self.register_buffer("scale", (torch.rand(n, groups) * 0.02 + 0.01).to(torch.bfloat16))
+        self.register_buffer("zero", (torch.randint(0, 16, (n, groups)).float()
+                                      if layout != "offset" else torch.randn(n, groups) * 0.1).to(torch.bfloat16))
+
+    def forward(self, x):
+        low, high = self.weight & 0xF, self.weight >> 4
+        n = self.weight.shape[0]
+        if self.layout == "halves":
+            q = torch.cat([low, high], dim=1)
+        else:
+            q = torch.stack([high, low] if self.layout == "high_first" else [low, high], dim=-1).view(n, -1)
+        q = q.to(x.dtype).view(n, -1, GROUP)
+        if self.layout == "symmetric":
+            w = (q - 8) * self.scale[..., None]
+        elif self.layout == "offset":
+            w = q * self.scale[..., None] + self.zero[..., None]
+        else:
+            w = (q - self.zero[..., None]) * self.scale[..., None]
+        return F.linear(x, w.view(n, -1))
+
+
+class Block(nn.Module):
+    """q/k/v of one input (combined), then gate/up (combined: silu(gate) * up), then down with
+    the residual; ``make(n, k)`` the quantized linear."""
+
+    def __init__(self, make, d=512, hidden=512):
+        super().__init__()
+        self.q, self.k, self.v = make(d, d), make(d // 4, d), make(d // 4, d)
+        self.gate, self.up, self.down = make(hidden, d), make(hidden, d), make(d, hidden)
+
+    def forward(self, x):
+        qkv = torch.cat([self.q(x), self.k(x), self.v(x)], dim=-1)
+        h = torch.tanh(x)  # another input than q/k/v's
+        return qkv, x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+def _int8(scale_output):
+    return lambda n, k: Int8(n, k, scale_output)
+
+
+def _int4(layout):
+    return lambda n, k: Int4(n, k, layout)
+
+
+def _ours(result) -> list[str]:
+    """The summary line of each fused-linear kernel the package launches."""
+    return [s.kernel.source.splitlines()[2].strip("# ") for c in result.variants[0].plan.combos for s in c.subs
+            if s.kernel.heuristic == "matmul"]
+
+
+def _build_and_check(model, rows, tmp_path):
+    torch.manual_seed(0)
+    model = model.to(torch.bfloat16).eval()
+    x = torch.randn(rows, 1, 512)
+    result = build_package(model, (x.to(torch.bfloat16),), arch=["sm_90"], out=tmp_path, cache=False)
+    fresh = torch.randn(rows, 1, 512, generator=torch.Generator().manual_seed(1))
+    got = interpret.run_variant(result, 0, [fresh.to(torch.bfloat16)])
+    with torch.no_grad():
+        # float64: the bytes dequantized exactly (the model's own ops, in float64)
+        ref = copy.deepcopy(model).double()(fresh.double())
+        eager = model(fresh.to(torch.bfloat16))
+    for mine, exact, theirs in zip(got, ref, eager):
+        assert relative_error(mine, exact) <= max(1e-2, 2 * relative_error(theirs, exact))
+    _assert_the_model_s_own(result, model)
+    return result
+
+
+def _assert_the_model_s_own(result, model) -> None:
+    """Every tensor the package holds is the model's own (or its own concatenated: q/k/v,
+    gate/up), of its dtype: the bytes and the scales, never a dequantized copy."""
+    dtypes = {n: str(t.dtype).removeprefix("torch.") for n, t in model.state_dict().items()}
+    for w in result.manifest.weights.tensors:
+        assert {dtypes.get(part) for part in w.name.split("|")} == {w.dtype}, w
+
+
+def _weights(result) -> dict:
+    return {w.name: (w.dtype, w.shape) for w in result.manifest.weights.tensors}
+
+
+@pytest.mark.parametrize("scale_output", [True, False], ids=["scale_on_product", "scale_on_weight"])
+def test_int8_decode_linears_are_ours_and_the_package_holds_int8(tmp_path, scale_output):
+    result = _build_and_check(Block(_int8(scale_output)), 1, tmp_path)
+    kernels = _ours(result)
+    assert len(kernels) == 3 and all("weight int8, scale per output channel" in k and "gemv" in k for k in kernels)
+    assert sum("[512, 768]" in k for k in kernels) == 1  # q, k and v: one kernel over their bytes concatenated
+    assert sum("twice (gate and up)" in k and "silu, mul" in k for k in kernels) == 1
+    weights = _weights(result)
+    assert weights["q.weight|k.weight|v.weight"] == ("int8", (768, 512))
+    assert weights["q.scale|k.scale|v.scale"] == ("bfloat16", (768,))
+    assert weights["gate.weight|up.weight"] == ("int8", (1024, 512)) and weights["down.weight"][0] == "int8"
+    # every float weight is a scale: no dequantized copy
+    assert all(dtype == "int8" or len(shape) == 1 for dtype, shape in weights.values())
+
+
+@pytest.mark.parametrize("rows", [4, 16])
+def test_int4_grouped_at_a_few_rows_on_the_tensor_cores(tmp_path, rows):
+    result = _build_and_check(Block(_int4("point")), rows, tmp_path)
+    kernels = _ours(result)
+    assert len(kernels) == 3 and all("weight int4, scale and zero point per group of 128" in k for k in kernels)
+    assert all("gemv" not in k for k in kernels)
+    weights = _weights(result)
+    assert weights["q.weight|k.weight|v.weight"] == ("uint8", (768, 256))
+    assert weights["q.scale|k.scale|v.scale"] == ("bfloat16", (768, 4))
+    assert all(dtype == "uint8" or shape == (shape[0], 512 // GROUP) for dtype, shape in weights.values())
+
+
+@pytest.mark.parametrize("layout", ["high_first", "symmetric", "offset"])
+def test_other_int4_layouts_as_gemvs(tmp_path, layout):
+    result = _build_and_check(Block(_int4(layout)), 1, tmp_path)
+    kernels = _ours(result)
+    assert len(kernels) == 3 and all("weight int4" in k and "gemv" in k for k in kernels)
+
+
+def _layouts(model, x) -> list:
+    """The dequantize calls the rewrite makes (before any kernel of ours takes them)."""
+    found = []
+    original = trace_entry.linear_combine.combine
+
+    def spy(ep, module):
+        found.extend(quant.parts(n)[2] for n in ep.graph.nodes if quant.is_dequantize(n))
+        return original(ep, module)
+
+    trace_entry.linear_combine.combine = spy
+    try:
+        graph, weights, _ = trace_entry.trace_model(model.to(torch.bfloat16).eval(), (x.to(torch.bfloat16),), 90)
+    finally:
+        trace_entry.linear_combine.combine = original
+    return found, graph, weights
+
+
+@pytest.mark.parametrize("layout, expected", [
+    ("point", quant.Quant(4, GROUP, False, "point", 0.0, "bfloat16")),
+    ("high_first", quant.Quant(4, GROUP, True, "point", 0.0, "bfloat16")),
+    ("symmetric", quant.Quant(4, GROUP, False, "none", 8.0, "bfloat16")),
+    ("offset", quant.Quant(4, GROUP, False, "offset", 0.0, "bfloat16")),
+])
+def test_the_layout_is_read_from_the_model_s_ops(layout, expected):
+    torch.manual_seed(0)
+    found, _, _ = _layouts(Int4(256, 512, layout), torch.randn(1, 512))
+    assert found == [expected]
+
+
+class ScaleView(Int8):
+    """The scale on the product through a view and a cast: ``* self.scale.view(1, -1).to(x.dtype)``."""
+
+    def forward(self, x):
+        return F.linear(x, self.weight.to(x.dtype)) * self.scale.float().view(1, -1).to(x.dtype)
+
+
+def test_a_scale_on_the_product_through_views_and_casts():
+    torch.manual_seed(0)
+    found, graph, _ = _layouts(ScaleView(256, 512, True), torch.randn(1, 512))
+    assert found == [quant.Quant(8, 512, False, "none", 0.0, "bfloat16")]
+    assert [op.op for op in graph.ops if isinstance(op, g.Extern)] == ["aotcombo::fused_linear.default"]
+
+
+def test_past_16_rows_inductor_dequantizes_and_the_weights_stay_int8():
+    torch.manual_seed(0)
+    _, graph, weights = _layouts(Block(_int8(False)), torch.randn(32, 1, 512))
+    assert not any(isinstance(op, g.Extern) and op.op.startswith("aotcombo::") for op in graph.ops)
+    assert {str(w.dtype) for w in weights.values()} == {"torch.int8", "torch.bfloat16"}
+    assert all(w.dim() == 1 for w in weights.values() if w.dtype == torch.bfloat16)
+
+
+def test_a_layout_aotcombo_cannot_read_is_refused_naming_the_layer():
+    torch.manual_seed(0)
+    model = nn.Sequential(Int4(256, 512, "halves")).to(torch.bfloat16).eval()
+    with pytest.raises(UnsupportedModelError, match=r"layer 0: its weight \[256, 512\] is computed from "
+                                                    r"0.weight \(uint8 \[256, 256\]\)") as caught:
+        trace_entry.trace_model(model, (torch.randn(1, 512, dtype=torch.bfloat16),), 90)
+    assert "int4 two per byte" in caught.value.fix
+
+
+class Masked(nn.Module):
+    """A pruning mask (bool) and a row index (int64) on a float weight: not quantized bytes."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(256, 512))
+        self.register_buffer("mask", torch.rand(256, 512) > 0.5)
+        self.register_buffer("rows", torch.randperm(256))
+
+    def forward(self, x):
+        return F.linear(x, (self.weight * self.mask)[self.rows])
+
+
+def test_a_weight_computed_with_masks_or_indices_is_no_quantized_one():
+    torch.manual_seed(0)
+    found, graph, _ = _layouts(Masked(), torch.randn(1, 512))
+    assert found == [] and graph.ops
+
+
+def test_dequantize_and_its_expansion_agree():
+    """The op's meaning (eager) and the ATen ops Inductor gets past 16 rows, on random bytes."""
+    torch.manual_seed(0)
+    spec = quant.Quant(4, GROUP, True, "point", 1.0, "bfloat16")
+    q = torch.randint(0, 256, (64, 128), dtype=torch.uint8)
+    scale, zero = torch.rand(64, 2).to(torch.bfloat16), torch.randint(0, 16, (64, 2)).to(torch.bfloat16)
+    graph = torch.fx.Graph()
+    leaves = [graph.placeholder(name) for name in ("q", "scale", "zero")]
+    for leaf, value in zip(leaves, (q, scale, zero)):
+        leaf.meta["val"] = value
+    graph.output(quant._expanded(graph, leaves[0], leaves[1:], spec))
+    expanded = torch.fx.GraphModule(torch.nn.Module(), graph)(q, scale, zero)
+    low, high = (q & 15).int(), (q >> 4).int()
+    values = torch.stack([high, low], -1).view(64, 256).float().view(64, 2, GROUP)
+    want = ((values - 1.0 - zero.float()[..., None]) * scale.float()[..., None]).view(64, 256).to(torch.bfloat16)
+    assert torch.equal(expanded, want)
+    assert torch.equal(quant.dequantize(q, [scale, zero], spec.to_json()), want)
