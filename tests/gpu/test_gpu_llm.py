@@ -21,7 +21,7 @@ import torch
 
 from aotcombo.testing.compare import relative_error
 from aotcombo.testing.gpu import import_package
-from aotcombo.testing.llm import Packaged, generate, prompt, sample
+from aotcombo.testing.llm import Packaged, generate, is_tie, prompt, sample
 
 pytestmark = pytest.mark.gpu
 STEPS = 64
@@ -42,13 +42,6 @@ def _empty_caches(*models):
         for name, b in model.named_buffers():
             if name.endswith("_cache"):
                 b.zero_()
-
-
-def _is_tie(eager_logits, ours_logits, row) -> bool:
-    """The package's choice is within twice the logit difference the two show of eager's best."""
-    mine = int(ours_logits[row].argmax())
-    noise = float((ours_logits[row].float() - eager_logits[row].float()).abs().max())
-    return float(eager_logits[row].max() - eager_logits[row, mine]) <= 2 * noise
 
 
 def _log(line: str) -> None:
@@ -77,7 +70,7 @@ def test_greedy_decode_matches_eager(llm, graphs, batch):
             worst, worst_eager = max(worst, relative_error(o, r)), max(worst_eager, relative_error(e, r))
             for row in range(batch):
                 if int(o[row].argmax()) != int(e[row].argmax()):
-                    assert _is_tie(e, o, row), f"step {step}, sequence {row}: the package's token is no tie"
+                    assert is_tie(e, o, row), f"step {step}, sequence {row}: the package's token is no tie"
                     ties.append((step, row))
             inputs.append((e.argmax(-1)[:, None], torch.tensor([t + step], device="cuda")))
         theirs, fp32 = dict(eager.named_buffers()), dict(reference.named_buffers())
@@ -117,7 +110,7 @@ def test_greedy_decode_matches_eager(llm, graphs, batch):
                 p = torch.tensor([pos], device="cuda")
                 token = prefix[:, -1:].contiguous()
                 e, o = eager(token, p), ours.decode(token, p)
-        assert _is_tie(e, o, row), line
+        assert is_tie(e, o, row), line
 
 
 def test_loads_hold_their_own_state_and_reset_restores_it(llm):
