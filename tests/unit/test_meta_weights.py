@@ -102,6 +102,23 @@ def test_a_meta_buffer_outside_the_state_dict_is_a_usage_error(tmp_path):
     assert "scale" in info.value.message and "not in its state_dict" in info.value.message
 
 
+class MetaAttribute(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8, device="meta")
+        self.table = torch.empty(8, device="meta")  # a plain attribute: outside the state_dict
+
+    def forward(self, x):
+        return self.lin(x) * self.table
+
+
+def test_a_meta_tensor_the_trace_finds_outside_the_state_dict_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError) as info:
+        build_package(MetaAttribute().eval(), (torch.randn(2, 8),), arch=["sm_90"], name="meta_attr", out=tmp_path,
+                      cache=False, weights="external")
+    assert "would hold table, on the meta device" in info.value.message
+
+
 MODEL_FILE = """\
 import torch
 from torch import nn
