@@ -31,6 +31,7 @@ from .compile.jobs import Jobs, label
 from .compile.scheduler import Scheduler, default_jobs
 from .inputs import shapes as shapes_mod
 from .inputs.environment import check_environment
+from .inputs.modelfile import on_meta
 from .inputs.options import BuildOptions
 from .inputs.signature import input_names
 from .kernels.linear.subclasses import flatten as flatten_subclasses
@@ -91,6 +92,10 @@ def _inputs(build: Build) -> None:
     check_environment()
     build.cache = Cache.from_options(build.options.cache, warn=build.reporter.warning)
     build.model = flatten_subclasses(build.model.eval())  # torchao's quantized weights: plain tensors
+    weights_policy.check_meta(build.model, build.options.weights)
+    if getattr(build.options.shapes, "pad", False) and on_meta(build.model):
+        raise UsageError("--pad checks padding by running the model on the CPU; a model with tensors on the meta "
+                         "device cannot run", fix="build without --pad, listing every size in --batch or --buckets")
     build.by_batch, build.shapes = shapes_mod.specialize(build.model, build.example_inputs, build.options.shapes,
                                                          build.make_inputs, build.reporter, build.dynamic_axes)
     # Before any trace: a trace imports Inductor, whose configs are part of the key once imported.

@@ -107,9 +107,6 @@ class Dynamic:
                          else a for a in made)
         object.__setattr__(self, "axes", made)
 
-    def axis(self, name: str) -> Axis:
-        return next(a for a in self.axes if a.name == name)
-
     @property
     def ranges(self) -> dict[str, tuple[int, int]]:
         """Axis name -> (min, max)."""

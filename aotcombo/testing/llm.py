@@ -1,5 +1,6 @@
 """The LLM decode sample on a GPU: the two packages over one cache, eager's own loop, and
-greedy generation through either (used by tests/gpu/test_gpu_llm.py and benchmarks/llm_bench.py).
+greedy generation through either, and when the two's choices of a token are a bf16 tie (used by
+tests/gpu/test_gpu_llm.py, tests/gpu/test_gpu_llama_8b.py and benchmarks/llm_bench.py).
 
 The packages are ``llm_prefill`` and ``llm_decode``, built from ``sample_models/llm_decode.py``
 with ``--weights external`` (README: "An LLM decode loop"); their weights are the model
@@ -120,3 +121,4 @@ def prompt(batch: int, seed: int, device="cuda") -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     s = sample()
     return torch.randint(0, s.VOCAB, (batch, s.PROMPT), generator=g).to(device)
+

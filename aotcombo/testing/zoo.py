@@ -29,7 +29,10 @@ ZOO = tuple(sorted(p.stem for p in ZOO_DIR.glob("*.py") if not p.stem.startswith
 # full-size models (package ``full_<model>``, built with --weights external: the GPU side makes
 # the model from its file and gives its state_dict to load)
 FULL_SIZE_DIR = sample_models("full_size")
-FULL_SIZE = tuple(sorted(p.stem for p in FULL_SIZE_DIR.glob("*.py") if not p.stem.startswith("_")))
+# Checked by a test of its own, not with the set (tests/gpu/test_gpu_llama_8b.py): 16 GB of weights.
+OWN_TEST = ("llama_8b_decode",)
+FULL_SIZE = tuple(sorted(p.stem for p in FULL_SIZE_DIR.glob("*.py") if not p.stem.startswith("_")
+                         and p.stem not in OWN_TEST))
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
@@ -138,3 +141,21 @@ def assert_all_ok(report: list[dict], filename: str) -> None:
             f.writelines(json.dumps(r) + "\n" for r in report)
     bad = [r for r in report if not r["ok"]]
     assert not bad, bad
+
+
+def check_decode_steps(source, loaded, eager, reference, steps: int, device="cuda", **labels) -> list[dict]:
+    """A decode-step package (a full-size file with ``MAX_CACHE``) against ``eager`` and its
+    float32 ``reference``, all from an empty cache: ``steps`` steps of a fresh random token each
+    (``source.get_example_inputs(pos=, seed=100 + pos)``), then the package's state against
+    theirs; ``check``'s rows, each with ``labels``."""
+    report = []
+    with torch.no_grad():
+        for pos in range(steps):
+            inputs = tuple(t.to(device) for t in source.get_example_inputs(pos=pos, seed=100 + pos))
+            rows = check(loaded(*inputs), eager(*inputs), reference(*inputs))
+            report += [{**labels, "step": pos, **row} for row in rows]
+        caches, caches32 = dict(eager.named_buffers()), dict(reference.named_buffers())
+        for key, tensor in loaded.state().items():  # against float32's cache, as the logits
+            rows = check(tensor, caches[key], caches32[key])
+            report += [{**labels, "state": key, **row} for row in rows]
+    return report

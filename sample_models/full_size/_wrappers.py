@@ -1,5 +1,7 @@
 """The wrappers the full-size causal LMs share (imported by the model files next to them)."""
 
+import contextlib
+
 from torch import nn
 
 
@@ -24,3 +26,24 @@ class CacheStep(nn.Module):
 
     def forward(self, input_ids, cache_position):
         return self.exportable(input_ids=input_ids, cache_position=cache_position)
+
+
+@contextlib.contextmanager
+def parameters_on_meta():
+    """Modules made inside have their parameters on the meta device (shapes and dtypes, no
+    bytes, no initialisation cost) and their buffers where torch puts them (the CPU): what
+    accelerate's ``init_empty_weights(include_buffers=False)`` does. A build with
+    ``--weights external`` needs no more: the weights come at load time, while the buffers
+    outside the ``state_dict`` (a static cache, rotary frequencies) are packaged."""
+    register = nn.Module.register_parameter
+
+    def on_meta(module, name, param):
+        if param is not None and param.device.type != "meta":
+            param = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+        register(module, name, param)
+
+    nn.Module.register_parameter = on_meta
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = register

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from aotcombo.testing.gpu import import_package
-from aotcombo.testing.zoo import FULL_SIZE, FULL_SIZE_DIR, as_float32, assert_all_ok, check, model_file
+from aotcombo.testing.zoo import (FULL_SIZE, FULL_SIZE_DIR, as_float32, assert_all_ok, check, check_decode_steps,
+                                  model_file)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("full_fp32")]
 
@@ -60,15 +61,5 @@ def test_full_size_decode_steps_match_eager(name, graphs):
     model32.load_state_dict({key: value.float() if value.is_floating_point() else value
                              for key, value in eager.state_dict().items()})
     loaded = import_package(f"full_{name}").load("cuda", graphs=graphs, weights=eager.state_dict())
-    report = []
-    with torch.no_grad():
-        for pos in range(STEPS):  # from an empty cache, a fresh random token each step
-            inputs = tuple(t.cuda() for t in source.get_example_inputs(pos=pos, seed=100 + pos))
-            ref, ref32 = eager(*inputs), model32(*inputs)
-            rows = check(loaded(*inputs), ref, ref32)
-            report += [{"model": name, "graphs": graphs, "step": pos, **row} for row in rows]
-        caches, caches32 = dict(eager.named_buffers()), dict(model32.named_buffers())
-        for key, tensor in loaded.state().items():  # against float32's cache, as the logits
-            rows = check(tensor, caches[key], caches32[key])
-            report += [{"model": name, "graphs": graphs, "state": key, **row} for row in rows]
-    assert_all_ok(report, "full_size_check.jsonl")
+    assert_all_ok(check_decode_steps(source, loaded, eager, model32, STEPS, model=name, graphs=graphs),
+                  "full_size_check.jsonl")

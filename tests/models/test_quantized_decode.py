@@ -1,7 +1,8 @@
 """sample_models/quantized_decode.py built for sm_90 and run under Triton's interpreter on fresh
 random inputs: int8 at batch 1 (GEMVs) and 32 (Inductor's dequantize-then-matmul), int4 at
-batch 1 (GEMVs, a k of 1536 in a step of 1024 and a masked one) and 16 (tensor-core tiles). Tolerance (relative L2 against the model in float64, its bytes
-dequantized exactly): max(1e-2, 2 x eager bf16's own error)."""
+batch 1 (GEMVs, a k of 1536 in a step of 1024 and a masked one) and 16 (tensor-core tiles).
+Tolerance (relative L2 against the model in float64, its bytes dequantized exactly):
+max(1e-2, 2 x eager bf16's own error)."""
 
 import copy
 

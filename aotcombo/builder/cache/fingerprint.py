@@ -129,6 +129,8 @@ class Fingerprint:
             return ["Size", list(value)]
         if isinstance(value, torch.Tensor):
             t = value.detach()
+            if t.device.type == "meta" and type(t) in (torch.Tensor, torch.nn.Parameter):
+                return ["meta-tensor", tensor_spec(value)]  # no values: its spec is all of it
             if t.device.type != "cpu" or t.is_sparse or getattr(t, "is_quantized", False) or type(t) not in (
                     torch.Tensor, torch.nn.Parameter, torch.nn.Buffer if hasattr(torch.nn, "Buffer") else torch.Tensor):
                 raise Uncacheable(f"{where} is a tensor aotcombo cannot fingerprint")

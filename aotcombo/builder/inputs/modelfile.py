@@ -115,12 +115,22 @@ def buffers_kept(model: nn.Module):
                 buffer.copy_(value)
 
 
+def on_meta(model: nn.Module) -> list[str]:
+    """The names of the model's parameters and buffers on the meta device (shapes and dtypes
+    without values: a model too large to make on the build machine, built ``--weights external``)."""
+    named = itertools.chain(model.named_parameters(remove_duplicate=False), model.named_buffers(remove_duplicate=False))
+    return [name for name, t in named if t.device.type == "meta"]
+
+
 def run_eager(model: nn.Module, inputs: tuple[torch.Tensor, ...], path: str | Path | None = None) -> Any:
-    """Run ``model(*inputs)`` under ``torch.no_grad()``; return its outputs.
+    """Run ``model(*inputs)`` under ``torch.no_grad()``; return its outputs (None, not run, for
+    a model with tensors on the meta device: it has no values to run on; the trace checks it).
 
     An exception becomes a ``ModelFileError`` pointing at the model file's
     line (``path``, or the file that defines the model's ``forward``).
     """
+    if on_meta(model):
+        return None
     if path is None:
         path = _source_file_of(model)
     try:
@@ -269,7 +279,7 @@ def _check_on_cpu(model: nn.Module, inputs, model_fn: str, inputs_fn: str, shown
             )
     for kind, named in (("parameter", model.named_parameters()), ("buffer", model.named_buffers())):
         for pname, t in named:
-            if t.device.type != "cpu":
+            if t.device.type not in ("cpu", "meta"):  # meta: shapes only, for --weights external
                 raise ModelFileError(
                     f"model file {shown}: the model from {model_fn}() has {kind} {pname} on device "
                     f"{t.device}; the model must be on the CPU (aotcombo compiles without a GPU).",

@@ -135,11 +135,12 @@ def _tensor(name: str, t, external: bool, rows: dict, same_as: str | None) -> m.
 
 def tied(weights: dict) -> dict[str, str]:
     """Each weight that is an earlier one (``state.view_key``: tied weights), by name: that
-    earlier name."""
+    earlier name. On the meta device, where storages have no address, one storage object."""
     first: dict[tuple, str] = {}
     found = {}
     for name, t in weights.items():
-        key = view_key(t)
+        key = view_key(t) if t.device.type != "meta" else \
+            ("meta", id(t.untyped_storage()), t.dtype, t.storage_offset(), tuple(t.shape), t.stride())
         if key is None:
             continue
         if key in first:
