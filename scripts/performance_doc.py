@@ -32,6 +32,8 @@ SOURCES = {
     "first_output": ["call_path/c_guard_final/first_output.jsonl"],
     # benchmarks/shapes_bench.py: bucketed against dynamic packages
     "shapes": ["call_path/c_guard_final/shapes_bench.log"],
+    # benchmarks/axes_bench.py: BERT-base with dynamic batch and sequence length against exact builds
+    "axes": ["axes/axes_bench.jsonl"],
     # benchmarks/bench.py (fresh processes, torch.compile cold and warm) and bench_coldstart.py
     "cold_start": ["results.json", "cold_start.json"],
 }
@@ -253,6 +255,25 @@ def section_shapes(results: Path) -> list[str]:
             sources_line(results, SOURCES["shapes"]), ""]
 
 
+def section_axes(results: Path) -> list[str]:
+    path = _path(results, SOURCES["axes"][0])
+    if not path.is_file():
+        return []
+    rows = _jsonl(path)
+    lines = table(["batch × seq", "eager", "RO dynamic=True", "exact shape", "dynamic", "op by op",
+                   "dynamic / exact", "RO / dynamic"],
+                  [[f"{r['batch']} × {r['seq']}", ms(r["eager_ms"]), ms(r.get("compile_ro_ms")), ms(r["exact_ms"]),
+                    ms(r["dynamic_ms"]), ms(r["op_by_op_ms"]), ratio(r["dynamic_ms"], r["exact_ms"]),
+                    ratio(r.get("compile_ro_ms"), r["dynamic_ms"])] for r in rows])
+    return ["## Dynamic axes", "",
+            ("BERT-base (fp16) built once with `--dynamic batch=1:32,seq=1:512` against BERT-base built for exactly "
+             "each shape, the dynamic package's op-by-op call (a size past its 64 graphs), eager and "
+             "`torch.compile(mode=\"reduce-overhead\", dynamic=True)`; default calls, milliseconds, one run "
+             "(`benchmarks/axes_bench.py`). At 1 × 7 the exact build runs our skinny linears and decode attention, "
+             "which take static sizes; the dynamic one cuBLAS and SDPA."), "",
+            *lines, "", sources_line(results, SOURCES["axes"]), ""]
+
+
 # --- the document ------------------------------------------------------------------------------
 
 
@@ -309,7 +330,7 @@ def document(results: Path) -> str:
         "",
     ]
     body = (samples + zoo + full + section_llm(results, full_rows) + section_first_output(results)
-            + section_cold_start(results) + section_shapes(results))
+            + section_cold_start(results) + section_shapes(results) + section_axes(results))
     return "\n".join(head + body).rstrip() + "\n"
 
 
