@@ -75,11 +75,21 @@ CANDIDATES = [kernels_linear_recipe.Tiles(16, 32, 64, 4, 3), kernels_linear_reci
 # The decode step's linears (K, N, pattern): sample_models/llm_decode.py's sizes, at --rows.
 DECODE_LINEARS = ((1024, 1536, "rms"), (1024, 1024, "addmm"), (1024, 2816, "glu"), (2816, 1024, "addmm"),
                   (1024, 32000, "rms"))
+# Llama-3-8B's (sample_models/full_size/llama_8b_decode.py; --shapes 8b): its lm head bare.
+DECODE_LINEARS_8B = ((4096, 6144, "rms"), (4096, 4096, "addmm"), (4096, 14336, "glu"), (14336, 4096, "addmm"),
+                     (4096, 128256, "plain"))
+DECODE_LINEARS_1B = ((2048, 3072, "rms"), (2048, 2048, "addmm"), (2048, 8192, "glu"), (8192, 2048, "addmm"))  # 3.2-1B
 # Tile configs (block_n, block_k, warps, stages) timed beside the rule's: GEMVs for one row
 # (products summed on the CUDA cores), tensor-core tiles of 16 rows with long k steps for more.
 GEMV_CANDIDATES = ((4, 1024, 4, 3), (8, 512, 4, 3), (8, 1024, 4, 1), (8, 1024, 8, 3), (16, 512, 4, 3),
                    (16, 256, 4, 3), (32, 256, 4, 3), (8, 256, 4, 3), (16, 1024, 8, 3), (32, 512, 8, 3),
+                   (8, 128, 4, 3), (16, 128, 4, 3), (4, 256, 4, 3), (8, 2048, 8, 3),
                    (8, 128, 4, 3), (16, 128, 4, 3), (4, 256, 4, 3), (8, 2048, 8, 3))
+# Llama-3-8B's and 3.2-1B's GEMVs: each tile with the products summed per step and once:
+# (block_n, block_k, warps, stages, sum_once).
+GEMV_CANDIDATES_LLAMA = tuple((bn, bk, warps, 1, once) for once in (False, True)
+                              for bn, bk, warps in ((4, 1024, 4), (8, 512, 4), (16, 256, 4), (4, 512, 4), (2, 1024, 4),
+                                                    (2, 2048, 4), (8, 1024, 8), (16, 512, 8)))
 DOT_CANDIDATES = ((16, 256, 4, 3), (16, 512, 4, 3), (16, 1024, 4, 2), (32, 256, 4, 3), (32, 512, 4, 3),
                   (64, 256, 4, 3), (32, 128, 4, 3), (16, 512, 8, 3))
 
@@ -89,8 +99,9 @@ def decode_recipe(m, k, n, pattern) -> kernels_linear_recipe.Recipe:
     glu = pattern == "glu"
     return kernels_linear_recipe.Recipe(m=m, n=n, k=k, weight_layout="nk", bias="full" if pattern == "addmm" else None,
                      glu=glu,
-                     norm="rms" if pattern in ("rms", "glu") else None, eps=1e-5, norm_weight=pattern != "addmm",
-                     norm_bias=False, norm_cast="bfloat16" if pattern != "addmm" else None, extras=(),
+                     norm="rms" if pattern in ("rms", "glu") else None, eps=1e-5,
+                     norm_weight=pattern in ("rms", "glu"),
+                     norm_bias=False, norm_cast="bfloat16" if pattern in ("rms", "glu") else None, extras=(),
                      epilogue=(("t0", "silu", ("acc",)), ("t1", "mul", ("t0", "acc_up"))) if glu else (),
                      result="t1" if glu else "acc", dtype="bfloat16", out_dtype="bfloat16")
 
@@ -205,13 +216,13 @@ def best(others: dict) -> str:
     return min(timed.items(), key=lambda kv: kv[1]) if timed else "-"
 
 
-def decode(out: Path | None, row_counts: list[int]) -> None:
+def decode(out: Path | None, row_counts: list[int], linears=DECODE_LINEARS) -> None:
     """The decode step's linears: the rule's kernel and other tiles against cuBLAS."""
     device, rows = torch.device("cuda"), []
     with tempfile.TemporaryDirectory() as tmp:
-        for m, (k, n, pattern) in ((m, shape) for m in row_counts for shape in DECODE_LINEARS):
+        for m, (k, n, pattern) in ((m, shape) for m in row_counts for shape in linears):
             r = decode_recipe(m, k, n, pattern)
-            sets, launch, kernel, _, _, error = checked(r, device, Path(tmp))
+            sets, launch, kernel, check, ref, error = checked(r, device, Path(tmp))
             unfused = time_graph(lambda t: t["out"].copy_(reference(r, t)), sets)
             if r.bias == "full":
                 cublas = time_graph(lambda t: torch.addmm(t["bias"], t["x"], t["w"].t(), out=t["out"]), sets)
@@ -219,19 +230,27 @@ def decode(out: Path | None, row_counts: list[int]) -> None:
                 cublas = time_graph(lambda t: F.linear(t["x"], t["w"]), sets)
             fused = time_graph(launch, sets)
             others = {}
-            rule = kernels_linear_recipe.tiles(m, n, k, r.dtype)
+            rule = kernels_linear_recipe.tiles(m, n, k, r.dtype, glu=r.glu)
             gemv = m <= kernels_linear_recipe.GEMV_MAX_ROWS
-            for bn, bk, warps, stages in GEMV_CANDIDATES if gemv else DOT_CANDIDATES:
+            candidates = (GEMV_CANDIDATES_LLAMA if linears is not DECODE_LINEARS else GEMV_CANDIDATES) if gemv \
+                else DOT_CANDIDATES
+            for bn, bk, warps, stages, *flags in candidates:
                 config = kernels_linear_recipe.Tiles(kernels_common.next_power_of_2(m) if gemv else 16, bn,
                                   min(bk, kernels_common.next_power_of_2(k)), warps,
-                                  stages, gemv=gemv)
+                                  stages, gemv=gemv, sum_once=bool(flags and flags[0]))
+                name = f"{bn}x{config.block_k}/{warps}w{stages}s" + ("/once" if config.sum_once else "")
                 if config == rule or gemv and config.block_m * bn * config.block_k > 32768:
                     continue
                 other, _ = fused_kernel(r, sets[0], Path(tmp), config)
                 try:
-                    others[f"{bn}x{config.block_k}/{warps}w{stages}s"] = round(time_graph(other, sets), 2)
+                    check["out"].fill_(float("nan"))
+                    other(check)
+                    if not relative_error(check["out"], ref) <= 1e-2:
+                        others[name] = f"WRONG {relative_error(check['out'], ref):.1e}"
+                        continue
+                    others[name] = round(time_graph(other, sets), 2)
                 except Exception as exc:  # noqa: BLE001 - a config that does not fit
-                    others[f"{bn}x{config.block_k}/{warps}w{stages}s"] = type(exc).__name__
+                    others[name] = type(exc).__name__
             weight_bytes = sets[0]["w"].numel() * 2
             row = {"m": m, "k": k, "n": n, "pattern": pattern, "weight_mb": round(weight_bytes / 1e6, 2),
                    "cublas_us": round(cublas, 2), "unfused_us": round(unfused, 2), "fused_us": round(fused, 2),
@@ -256,9 +275,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--decode", action="store_true", help="the LLM decode step's linears")
     parser.add_argument("--rows", default="1,8", help="with --decode: the row counts (batch sizes), e.g. 1,2,4,8")
+    parser.add_argument("--shapes", choices=("llm_decode", "llama8b", "llama1b"), default="llm_decode",
+                        help="with --decode: sample_models/llm_decode.py's linears, Llama-3-8B's or Llama-3.2-1B's")
     args = parser.parse_args()
     if args.decode:
-        return decode(args.out, [int(m) for m in args.rows.split(",")])
+        return decode(args.out, [int(m) for m in args.rows.split(",")],
+                      {"llama8b": DECODE_LINEARS_8B, "llama1b": DECODE_LINEARS_1B}.get(args.shapes, DECODE_LINEARS))
     device = torch.device("cuda")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -231,10 +231,16 @@ def test_the_tile_rule():
     assert kernels_linear_recipe.tiles(128, 128, 128, "bfloat16") == Tiles(16, 32, 128, 4, 3)  # k in one step
     assert kernels_linear_recipe.tiles(16, 1536, 1024, "bfloat16") == Tiles(16, 32, 128, 4, 3)  # 96 programs
     # batch-1 decode
-    assert kernels_linear_recipe.tiles(1, 1536, 1024, "bfloat16") == Tiles(1, 4, 1024, 4, 3, gemv=True)
-    assert kernels_linear_recipe.tiles(1, 1024, 2816, "bfloat16") == Tiles(1, 4, 1024, 4, 3, gemv=True)  # 3 k steps
+    # one row: 8 x 512 summed once, the columns halved to 2 while under 528 programs (k steps
+    # then of 1024); a GLU 4 x 1024 summed per step
+    assert kernels_linear_recipe.tiles(1, 6144, 4096, "bfloat16") == Tiles(1, 8, 512, 4, 1, gemv=True, sum_once=True)
+    assert kernels_linear_recipe.tiles(1, 4096, 4096, "bfloat16") == Tiles(1, 4, 512, 4, 1, gemv=True, sum_once=True)
+    assert kernels_linear_recipe.tiles(1, 1536, 1024, "bfloat16") == Tiles(1, 2, 1024, 4, 1, gemv=True, sum_once=True)
+    assert kernels_linear_recipe.tiles(1, 1024, 2816, "bfloat16") == Tiles(1, 2, 1024, 4, 1, gemv=True, sum_once=True)
+    assert kernels_linear_recipe.tiles(1, 14336, 4096, "bfloat16", glu=True) == Tiles(1, 4, 1024, 4, 1, gemv=True)
+    assert kernels_linear_recipe.tiles(1, 20, 8, "bfloat16") == Tiles(1, 2, 8, 4, 1, gemv=True, sum_once=True)
     assert kernels_linear_recipe.tiles(8, 1536, 1024, "bfloat16") == Tiles(16, 32, 256, 4, 3)  # batch 8: long k steps
-    assert kernels_linear_recipe.tiles(1, 1536, 1024, "float32") == Tiles(1, 4, 1024, 4, 3, gemv=True)
+    assert kernels_linear_recipe.tiles(1, 1536, 1024, "float32") == Tiles(1, 2, 1024, 4, 1, gemv=True, sum_once=True)
     assert kernels_linear_recipe.tiles(4, 1536, 1024, "float32") == Tiles(16, 32, 32, 4, 2)  # float32: as any matmul
     assert kernels_linear_recipe.tiles(1024, 1024, 256, "bfloat16") == Tiles(64, 64, 64, 4, 3)  # 256 programs already
     assert kernels_linear_recipe.tiles(4, 20, 8, "float32") == Tiles(16, 32, 16, 4, 2)

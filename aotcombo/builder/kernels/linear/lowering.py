@@ -34,7 +34,7 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
     out = spec[op.out]
     if tuple(out.stride) != (r.n, 1):
         raise ValueError(f"{op.out}: a fused linear's output must be a whole [{r.m}, {r.n}] matrix, not {out}")
-    t = config or tiles(r.m, r.n, r.k, r.dtype)
+    t = config or tiles(r.m, r.n, r.k, r.dtype, glu=r.glu)
     names = (["bias_ptr"] if r.bias else []) + (["norm_weight_ptr"] if r.norm_weight else []) + (
         ["norm_bias_ptr"] if r.norm_bias else []) + [f"e{i}_ptr" for i in range(len(r.extras))]
     kinds = dict(zip(names, ([r.bias] if r.bias else []) + ["row"] * (r.norm_weight + r.norm_bias) + list(r.extras)))
@@ -86,6 +86,7 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
         out_type=TRITON_DTYPE[r.out_dtype],
         dot_options=f', input_precision="{recipes.FP32_DOT_PRECISION}"' if r.dtype == "float32" else "",
         glu=r.glu, quant=quant, glu_offset=r.n * (w_stride[0] if r.weight_layout == "nk" else w_stride[1]), gemv=t.gemv,
+        sum_once=t.gemv and t.sum_once,
     )
     source = render("fused_linear.py.j2", name="KERNEL", **context)
     name = "fused_linear_" + hashlib.sha256(source.encode()).hexdigest()[:12]

@@ -303,7 +303,7 @@ def fuse(ep) -> int:
         if not few_rows and norm is None and (epilogue is None or all(op == "copy" for _, (op, _) in epilogue[0])):
             continue  # one launch either way: cuBLAS's (at a few rows ours is faster, split-k pairs included)
         width = n // 2 if halves else n
-        t = tiles(m, width, k, _dtype_name(dtype))
+        t = tiles(m, width, k, _dtype_name(dtype), glu=bool(halves))
         if cdiv(m, t.block_m) * cdiv(width, t.block_n) < FUSED_MIN_PROGRAMS:
             continue
         _replace(graph, node, x, weight, layout, bias, bias_kind, m, n, k, norm, views, epilogue, halves)

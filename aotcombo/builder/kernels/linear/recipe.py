@@ -26,12 +26,26 @@ FUSED_MIN_PROGRAMS = 16
 MIN_PROGRAMS = 64  # the tile rule shrinks tiles until the grid has this many programs
 # A matmul of one row, or of up to DECODE_MAX_ROWS rows in 16 bits (an LLM decode step), reads
 # each weight element for a few products: memory-bound whatever its FLOPs or weight bytes, so
-# it is ours, bare or not (tiles()). H100, llm_decode (results/fused_linear_bench_decode*.log,
-# results/llm_gemv/): one row, a GEMV of 4 columns x k in steps of up to 1024 (float32 too: exact
-# products, no shared memory; not timed): 1.4-1.9x cuBLAS's speed for 2-6 MB of bf16 weights,
-# even at 65 MB (the lm head), batch-1 step 0.19 -> 0.155 ms; 2-8 rows (the GEMV's [8, 4, 1024]
-# products spill there), tensor-core tiles of 16 x 32 x 256: steps at batch 4 and 8 1.1x faster.
-GEMV_MAX_ROWS, GEMV_BLOCK_N, GEMV_MAX_BLOCK_K = 1, 4, 1024
+# it is ours, bare or not (tiles()). One row: a GEMV on the CUDA cores, W read as [BLOCK_N,
+# BLOCK_K] tiles along its contiguous k (float32 too: exact products, no shared memory).
+# H200, Llama-3-8B's and 3.2-1B's decode linears (fused_linear_bench.py --decode --rows 1
+# --shapes llama8b / llama1b; results/gemv8b/): 4 warps, the products of a tile (4096 elements:
+# 32 a thread) summed per lane across the k loop, over k once after it (sum_once: no cross-warp
+# reduction and barrier per step), GEMV_BLOCK_N x GEMV_BLOCK_K, the columns halved while under
+# GEMV_MIN_PROGRAMS programs, down to GEMV_MIN_BLOCK_N, k steps of at least GEMV_MIN_TILE
+# elements (4 x 512 beat 4 x 1024 at 8B's o and down, 2 x 1024 beat 2 x 2048 and 4 x 1024 at
+# 1B's): 8B q/k/v 8 x 512 16.9 us (the former
+# 4 x 1024 summed per step: 19.0), o 4 x 512 11.4 (11.8), down 4 x 512 31.0 (32.4), lm head
+# 8 x 512 237 (249; 16 x 256 235); 1B o and down 2 x 1024 3.9 and 10.9 (4.4, 14.1). A GLU
+# (gate and up: two products) takes GEMV_GLU_TILES summed per step: summed once, its two
+# [BLOCK_N, BLOCK_K] float32 accumulators cost more than the barrier (8B 62.5 us against
+# 66-72 for every tile summed once, 1B 21.2 against 21.3-25). Next W tile prefetched in
+# registers: no gain (within noise either way), not kept. 2-8 rows (H100, llm_decode,
+# results/fused_linear_bench_decode*.log): tensor-core tiles of 16 x 32 x 256 (the GEMV's
+# [8, 4, 1024] products spill there): steps at batch 4 and 8 1.1x faster.
+GEMV_MAX_ROWS, GEMV_BLOCK_N, GEMV_BLOCK_K, GEMV_MIN_BLOCK_N, GEMV_MIN_TILE = 1, 8, 512, 2, 2048
+GEMV_MIN_PROGRAMS = 4 * 132  # 4 a multiprocessor of an H100 or H200
+GEMV_GLU_TILES = (4, 1024)  # (BLOCK_N, BLOCK_K), summed per step
 DECODE_MAX_ROWS, DECODE_BLOCK_N, DECODE_MAX_BLOCK_K = 8, 32, 256
 DECODE_DTYPES = (torch.bfloat16, torch.float16)
 # A weight-only quantized weight (quant.py) reads a quarter to a half of the bytes of a 16-bit
@@ -154,19 +168,30 @@ class Tiles:
     num_warps: int
     num_stages: int
     gemv: bool = False  # products summed on the CUDA cores, all rows in one tile (tl.dot: False)
+    sum_once: bool = False  # gemv: products summed per lane across the k loop, across lanes after it
 
 
-def tiles(m: int, n: int, k: int, dtype: str) -> Tiles:
+def tiles(m: int, n: int, k: int, dtype: str, glu: bool = False) -> Tiles:
     """Tiles by rule (the fastest configs measured, for parallelism). Up to ``GEMV_MAX_ROWS``
-    rows: a GEMV, all rows in one tile, ``GEMV_BLOCK_N`` columns, k steps of up to
-    ``GEMV_MAX_BLOCK_K``; 16-bit, up to ``DECODE_MAX_ROWS``: 16 x ``DECODE_BLOCK_N``, k steps of
-    up to ``DECODE_MAX_BLOCK_K``; both 4 warps, 3 stages. Else 64 x 64 (16 rows for float32),
-    shrunk rows first to 16, then columns to 32, while under ``MIN_PROGRAMS`` programs; k
-    steps of 64, 128 for few rows or a k of 128 (float32: 32); 4 warps; 3 stages (float32: 2)."""
+    rows: a GEMV, all rows in one tile, 4 warps: ``GEMV_BLOCK_N`` x ``GEMV_BLOCK_K`` (k steps
+    at most k), summed once, the columns halved while under ``GEMV_MIN_PROGRAMS`` programs,
+    down to ``GEMV_MIN_BLOCK_N``, the k step then grown to ``GEMV_MIN_TILE`` elements; a GLU
+    (``glu``: each program two products of ``n`` columns) ``GEMV_GLU_TILES``, summed per step.
+    16-bit, up to ``DECODE_MAX_ROWS``: 16 x ``DECODE_BLOCK_N``, k steps of up to
+    ``DECODE_MAX_BLOCK_K``, 4 warps, 3 stages. Else 64 x 64 (16 rows for float32), shrunk rows
+    first to 16, then columns to 32, while under ``MIN_PROGRAMS`` programs; k steps of 64, 128
+    for few rows or a k of 128 (float32: 32); 4 warps; 3 stages (float32: 2)."""
     wide = dtype != "float32"
     if m <= GEMV_MAX_ROWS:
-        block_k = min(next_power_of_2(k), GEMV_MAX_BLOCK_K)
-        return Tiles(next_power_of_2(m), GEMV_BLOCK_N, block_k, num_warps=4, num_stages=3, gemv=True)
+        block_m = next_power_of_2(m)
+        if glu:
+            block_n, block_k = GEMV_GLU_TILES
+            return Tiles(block_m, block_n, min(next_power_of_2(k), block_k), 4, 1, gemv=True)
+        block_n = GEMV_BLOCK_N
+        while cdiv(n, block_n) < GEMV_MIN_PROGRAMS and block_n > GEMV_MIN_BLOCK_N:
+            block_n //= 2
+        block_k = max(GEMV_BLOCK_K, GEMV_MIN_TILE // block_n)
+        return Tiles(block_m, block_n, min(next_power_of_2(k), block_k), 4, 1, gemv=True, sum_once=True)
     if wide and m <= DECODE_MAX_ROWS:
         block_k = min(next_power_of_2(k), DECODE_MAX_BLOCK_K)
         return Tiles(16, DECODE_BLOCK_N, block_k, num_warps=4, num_stages=3)
