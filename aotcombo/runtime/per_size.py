@@ -56,7 +56,7 @@ class GraphPerSize:
             if self.input_check is not None:
                 exact = self.input_check(inputs)
             if graph is None:
-                graph = self._graph(tuple(inputs[i].shape[d] for i, d in self._where))
+                graph = self._graph(key)
         return graph.replay_checked(inputs, fresh, exact)
 
     def static_inputs(self, batch: int | None = None, **sizes: int) -> tuple:

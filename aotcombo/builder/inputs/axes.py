@@ -24,14 +24,14 @@ import torch
 from ...errors import UsageError
 from ...runtime.manifest import BATCH, Axis, Dynamic
 
-_FORM = "{input name: {dim: axis name}}, as torch.onnx.export's dynamic_axes"
+AXES_FORM = "{input name: {dim: axis name}}, as torch.onnx.export's dynamic_axes"
 
 
 def declared_dims(dynamic_axes, names: tuple[str, ...], inputs: tuple) -> dict[str, list[tuple[int, int]]]:
     """``dynamic_axes`` (by input name) as axis -> [(flat input, dim)], checked."""
     if not isinstance(dynamic_axes, dict):
         raise UsageError(f"the model's dynamic axes are a {type(dynamic_axes).__name__}, not a dict",
-                         fix=f"return {_FORM}")
+                         fix=f"return {AXES_FORM}")
     dims: dict[str, list[tuple[int, int]]] = {}
     for name, axes in dynamic_axes.items():
         if name not in names:
@@ -39,12 +39,12 @@ def declared_dims(dynamic_axes, names: tuple[str, ...], inputs: tuple) -> dict[s
                              fix=f"name forward's inputs: {', '.join(names)}")
         if not isinstance(axes, dict):
             raise UsageError(f"the dynamic axes of input {name!r} are a {type(axes).__name__}, not a dict",
-                             fix=f"return {_FORM}, e.g. {{{name!r}: {{0: 'batch', 1: 'seq'}}}}")
+                             fix=f"return {AXES_FORM}, e.g. {{{name!r}: {{0: 'batch', 1: 'seq'}}}}")
         i = names.index(name)
         for dim, axis in axes.items():
             if not isinstance(dim, int) or not -inputs[i].dim() <= dim < inputs[i].dim():
                 raise UsageError(f"the dynamic axes of input {name!r} name dim {dim!r}, but it has "
-                                 f"{inputs[i].dim()} dims", fix=f"return {_FORM}")
+                                 f"{inputs[i].dim()} dims", fix=f"return {AXES_FORM}")
             if not isinstance(axis, str) or not axis.isidentifier():
                 raise UsageError(f"the dynamic axes of input {name!r} call dim {dim} {axis!r}",
                                  fix="name each axis with an identifier, such as batch or seq")
@@ -62,7 +62,7 @@ def trace_inputs(shapes: Dynamic, inputs: tuple, names: tuple[str, ...], dynamic
         if unnamed:
             raise UsageError(f"--dynamic {unnamed[0]}: the model file names no dynamic axes, so only batch "
                              "(dim 0) can be dynamic",
-                             fix=f"define get_dynamic_axes() in the model file returning {_FORM}, e.g. "
+                             fix=f"define get_dynamic_axes() in the model file returning {AXES_FORM}, e.g. "
                              "{'input_ids': {0: 'batch', 1: 'seq'}}")
         axis = shapes.axes[0]
         traced, batched = find_batch(_first_size(axis))
@@ -76,8 +76,9 @@ def trace_inputs(shapes: Dynamic, inputs: tuple, names: tuple[str, ...], dynamic
         dims = tuple(declared[axis.name])
         if axis.name == BATCH and _batch_only(dims):
             inputs, _ = find_batch(_first_size(axis))
-        inputs = _resized(inputs, dims, _size_for(axis, _size_along(inputs, dims, axis.name, names), used))
-        used.add(_size_along(inputs, dims, axis.name, names))
+        size = _size_for(axis, _size_along(inputs, dims, axis.name, names), used)
+        inputs = resized(inputs, dims, size)
+        used.add(size)
         axes.append(Axis(axis.name, axis.min, axis.max, dims))
     return inputs, Dynamic(axes=tuple(axes))
 
@@ -110,7 +111,7 @@ def _size_for(axis: Axis, example: int, used: set) -> int:
     return size
 
 
-def _resized(inputs: tuple, dims, size: int) -> tuple:
+def resized(inputs: tuple, dims, size: int) -> tuple:
     """``inputs`` with each of ``dims`` cut or tiled to ``size``."""
     out = list(inputs)
     for i, d in dims:

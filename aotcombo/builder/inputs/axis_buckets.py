@@ -24,7 +24,7 @@ import torch
 from ...errors import UsageError
 from ...runtime.buckets import pad_rows
 from ...runtime.manifest import Buckets
-from .axes import _FORM, _resized, declared_dims
+from .axes import AXES_FORM, declared_dims, resized
 from .modelfile import buffers_kept
 from .shapes import tolerance
 
@@ -35,14 +35,14 @@ def bucket_inputs(model, shapes: Buckets, inputs: tuple, names: tuple[str, ...],
     input dims (and, padded, its output dims) filled in."""
     if dynamic_axes is None:
         raise UsageError(f"--buckets {shapes.axis}=...: the model file names no dynamic axes",
-                         fix=f"define get_dynamic_axes() in the model file returning {_FORM}, or bucket the "
+                         fix=f"define get_dynamic_axes() in the model file returning {AXES_FORM}, or bucket the "
                          "batch with --batch")
     declared = declared_dims(dynamic_axes, names, inputs)
     if shapes.axis not in declared:
         raise UsageError(f"--buckets {shapes.axis}: the model's dynamic axes are {', '.join(declared) or 'none'}",
                          fix="pass --buckets with an axis the model names, or name it in get_dynamic_axes()")
     dims = tuple(declared[shapes.axis])
-    by_size = {size: _resized(inputs, dims, size) for size in shapes.sizes}
+    by_size = {size: resized(inputs, dims, size) for size in shapes.sizes}
     out_dims: tuple = ()
     if shapes.pad:
         with reporter.stage(f"check that padding {shapes.axis} keeps the outputs", timing_key="load"):
@@ -75,7 +75,7 @@ def check_axis_padding(model, by_size: dict[int, tuple], axis: str, dims) -> tup
     unchanged (see the module docstring); returns the outputs' dims that carry the axis."""
     sizes = sorted(by_size)
     probe = sorted(set(sizes) | {max(2, sizes[0] - 1)})  # two sizes at least, to tell the outputs' dims apart
-    outputs = {s: _run(model, _resized(by_size[sizes[-1]], dims, s))[0] for s in probe}
+    outputs = {s: _run(model, resized(by_size[sizes[-1]], dims, s))[0] for s in probe}
     out_dims = _axis_dims(outputs)
     if not out_dims:
         raise UsageError(f"--pad: no output of the model carries the {axis} axis, so padding cannot be cut off",
@@ -84,7 +84,7 @@ def check_axis_padding(model, by_size: dict[int, tuple], axis: str, dims) -> tup
         short = size - 1
         if short < 1:
             continue
-        small = _resized(by_size[size], dims, short)
+        small = resized(by_size[size], dims, short)
         padded = list(small)
         for i, d in dims:
             padded[i] = pad_rows(small[i], size, d)
