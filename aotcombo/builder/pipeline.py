@@ -12,6 +12,7 @@ lives in the folder of the same name.
 from __future__ import annotations
 
 import tempfile
+from contextlib import nullcontext
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,21 +37,30 @@ from .inputs.options import BuildOptions
 from .inputs.signature import input_names
 from .kernels.linear.subclasses import flatten as flatten_subclasses
 from .package import weights as weights_policy
+from .parallel.shard import Sharding, shard_model
 from .package.manifest import VariantBuild, assemble, stats
 from .package.wheel import save_weights, write_wheels
 from .plan.combos import make_plan
 from .trace.cached import trace_keys, trace_stage
+from .trace.collectives import fake_process_group
 
 
 @dataclass
 class BuildResult:
     wheel: Path  # the wheel that installs anywhere (pure Python, ctypes launcher)
     variants: list[VariantBuild]
-    weights: list[torch.Tensor]  # in program order
+    weights: list[torch.Tensor]  # in program order (tensor parallel: whole; ``rank_weights`` cuts a rank's)
     manifest: Manifest
     timings: dict[str, float]
     wheels: list[Path] = field(default_factory=list)  # every wheel written: the pure one, and a native one
     cache: dict = field(default_factory=dict)  # hits and misses of this build
+
+    def rank_weights(self, rank: int) -> list[torch.Tensor]:
+        """The weights rank ``rank`` of a tensor-parallel package runs on, cut as its load does."""
+        from ..runtime.parallel import rank_slice
+
+        world = self.manifest.world_size
+        return [rank_slice(w, t, rank, world) for w, t in zip(self.manifest.weights.tensors, self.weights)]
 
     def summary(self) -> dict:
         s = stats(self.variants[0].plan)
@@ -70,6 +80,8 @@ class Build:
     make_inputs: Callable | None
     scratch: Path  # the build's temporary folder
     dynamic_axes: dict | None = None  # the model's named axes: {input name: {dim: axis}}
+    tp_plan: dict | None = None  # the tensor-parallel plan (parallel/plan.py; None: the default)
+    sharding: Sharding | None = None  # what --tensor-parallel split (parallel/shard.py)
     cache: Cache | None = None
     by_batch: dict = field(default_factory=dict)  # batch (None: one shape) -> example inputs at it
     shapes: object = None  # the manifest's ShapeMode
@@ -78,6 +90,7 @@ class Build:
     variants: list[VariantBuild] = field(default_factory=list)
     weights: dict | None = None  # weight name -> the model's tensor, every weight the trace found
     named: dict = field(default_factory=dict)  # the weights the program takes, in its order
+    whole: dict = field(default_factory=dict)  # the same, whole (tensor parallel: ``named`` holds rank 0's)
     checked: set = field(default_factory=set)  # programs checked on meta tensors
     wheels: list[Path] = field(default_factory=list)
     manifest: Manifest | None = None
@@ -98,9 +111,14 @@ def _inputs(build: Build) -> None:
                          "device cannot run", fix="build without --pad, listing every size in --batch or --buckets")
     build.by_batch, build.shapes = shapes_mod.specialize(build.model, build.example_inputs, build.options.shapes,
                                                          build.make_inputs, build.reporter, build.dynamic_axes)
+    if build.options.tensor_parallel > 1:  # the model as rank 0 sees it; every rank runs its program
+        build.sharding = shard_model(build.model, build.tp_plan, build.options.tensor_parallel)
+        build.reporter.detail(f"tensor parallel: {len(build.sharding.layers)} layers and "
+                              f"{len(build.sharding.dims)} tensors split over {build.options.tensor_parallel} ranks")
     # Before any trace: a trace imports Inductor, whose configs are part of the key once imported.
     build.keys = {b: trace_keys(build.model, inputs, build.options.archs, build.cache, build.model_file,
-                                build.reporter, build.dynamic) for b, inputs in build.by_batch.items()}
+                                build.reporter, build.dynamic, build.sharding and build.sharding.key)
+                  for b, inputs in build.by_batch.items()}
 
 
 def _variants(build: Build) -> None:
@@ -150,11 +168,14 @@ def _package(build: Build) -> None:
     options = build.options
     named = build.named = {i.key: build.weights[i.key] for i in build.variants[0].plan.graph.inputs
                            if i.kind == "weight"}
+    sharding = build.sharding
+    whole = build.whole = {name: sharding.whole_of(name, t) for name, t in named.items()} if sharding else named
     with build.reporter.stage("package wheel", timing_key="package"):
-        external, packaged, rows = weights_policy.split(build.model, named, options.weights)
+        external, packaged, rows = weights_policy.split(build.model, whole, options.weights)
         contents = assemble(options.name, options.version, options.archs, build.shapes, build.variants, named,
                             save_weights(packaged) if packaged or not external else None,
-                            input_names(build.model, len(build.example_inputs)), external, rows)
+                            input_names(build.model, len(build.example_inputs)), external, rows,
+                            sharding.dims_of(named) if sharding else {}, options.tensor_parallel)
         build.wheels = write_wheels(options.out, contents, options.native)
     build.manifest = contents.manifest
     for wheel in build.wheels:
@@ -171,7 +192,7 @@ STAGES: tuple[tuple[str, Callable[[Build], None]], ...] = (
 
 def build_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], options: BuildOptions | None = None,
                   *, reporter: Reporter | None = None, model_file: str | Path | None = None, make_inputs=None,
-                  dynamic_axes: dict | None = None, **keywords) -> BuildResult:
+                  dynamic_axes: dict | None = None, tp_plan: dict | None = None, **keywords) -> BuildResult:
     """Build installable wheels of ``model`` for ``example_inputs``' shapes.
 
     ``options``: a ``BuildOptions``, or its fields as keywords (``arch``, ``name``, ``out``,
@@ -179,16 +200,19 @@ def build_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]
     ``BuildOptions.checked``). ``model_file``: the file the model came from, part of the
     trace cache key. ``make_inputs(batch)``: the example inputs at a batch size (default:
     cut or tiled from ``example_inputs``; see ``inputs/shapes``). ``dynamic_axes``: the axes
-    ``Dynamic`` shapes may name, ``{input name: {dim: axis name}}`` (``inputs/axes``)."""
+    ``Dynamic`` shapes may name, ``{input name: {dim: axis name}}`` (``inputs/axes``).
+    ``tp_plan``: with ``tensor_parallel=N``, which layers to split (``parallel/plan``; None: the
+    default plan for Llama-style blocks)."""
     started = time.perf_counter()
     options = options or BuildOptions.checked(**keywords)
     reporter = reporter or Reporter(quiet=True)
     with tempfile.TemporaryDirectory(prefix="aotcombo-build-") as scratch:
         build = Build(model, _tensors(example_inputs), options, reporter, model_file, make_inputs, Path(scratch),
-                      dynamic_axes=dynamic_axes)
+                      dynamic_axes=dynamic_axes, tp_plan=tp_plan)
         try:
-            for _name, stage in STAGES:
-                stage(build)
+            with fake_process_group(options.tensor_parallel) if options.tensor_parallel > 1 else nullcontext():
+                for _name, stage in STAGES:
+                    stage(build)
         finally:
             if build.jobs is not None:
                 build.jobs.scheduler.close()
@@ -197,7 +221,7 @@ def build_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]
     cache = {"enabled": build.cache.enabled, "dir": str(build.cache.root) if build.cache.enabled else None,
              "traces_cached": sum(v.trace_cached for v in build.variants), "traces": len(build.variants),
              "kernels_cached": scheduler.cached, "kernels_compiled": scheduler.compiled}
-    return BuildResult(wheel=build.wheels[0], variants=build.variants, weights=list(build.named.values()),
+    return BuildResult(wheel=build.wheels[0], variants=build.variants, weights=list(build.whole.values()),
                        manifest=build.manifest, timings=timings, wheels=build.wheels, cache=cache)
 
 

@@ -14,6 +14,7 @@ current and puts the other back after.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import os
@@ -22,12 +23,12 @@ from typing import NamedTuple
 
 import torch
 
-from . import cuda
+from . import cuda, parallel
 from .buckets import BucketedModel
 from .graphs import GraphModel
 from .per_size import GraphPerSize
 from .inputs import InputSpec, allocate, bind, make_input_check, sizes_of
-from .manifest import PLACED, Buckets, ComboKernel, Dynamic, Manifest, ManifestError
+from .manifest import GROUP, PLACED, Buckets, ComboKernel, Dynamic, Manifest, ManifestError
 from .state import State, weights_for_load
 
 MAX_STREAMS = 64  # bound launchers kept per model: past that (a stream per call), they are dropped
@@ -230,7 +231,8 @@ class Package:
         return self._manifest
 
     def load(self, device="cuda", *, graphs: bool | None = None, copy_outputs: bool = True,
-             check_inputs: bool = True, weights=None, state=None) -> Model | GraphModel | GraphPerSize | BucketedModel:
+             check_inputs: bool = True, weights=None, state=None, rank: int | None = None,
+             world_size: int | None = None) -> Model | GraphModel | GraphPerSize | BucketedModel:
         """Load the model on ``device`` ("cuda" for the current one, or "cuda:N").
 
         Kernels and weights load once per device. ``graphs``: capture the forward in a CUDA
@@ -244,12 +246,18 @@ class Package:
         external`` needs them (the caller's tensors on ``device`` are used as they are, others
         copied there). ``state``: another loaded model's ``state()`` to share (e.g. one KV cache
         for a prefill and a decode package); by default the load holds its own.
+
+        A tensor-parallel package (``build --tensor-parallel N``) loads in each of N processes
+        after ``torch.distributed.init_process_group("nccl")`` (``torchrun``), each as its rank
+        in that group, holding its slice of the weights (``weights``: whole tensors; each rank
+        cuts its own). ``rank`` and ``world_size``, if given, are checked against the group.
         """
         check_options(graphs, copy_outputs, check_inputs)
         check_torch(self.manifest)
         index, shapes = _device_index(device), self.manifest.shapes
-        dev = self._device(index)
-        weights, held = weights_for_load(self.manifest, dev.weights, dev.device, weights, state)
+        rank = parallel.check_group(self.manifest, torch.device("cuda", index), rank, world_size)
+        dev = self._device(index, rank)
+        weights, held = weights_for_load(self.manifest, dev.weights, dev.device, weights, state, rank)
         if isinstance(shapes, Buckets):
             names = [i.name for i in self.manifest.inputs]
             return BucketedModel(self.manifest.name, dev.device,
@@ -272,14 +280,14 @@ class Package:
         graph = GraphModel(model, copy_outputs, strict=bool(graphs))
         return graph.capture() if graphs else graph  # graphs=True: now, so that a failed capture raises here
 
-    def _device(self, index: int) -> _Device:
+    def _device(self, index: int, rank: int | None = None) -> _Device:
         """What is loaded once per device: the variant chosen, the context, weights, modules."""
         if index not in self._devices:
             m, props = self.manifest, torch.cuda.get_device_properties(index)
             variant = choose_variant(m, props.major * 10 + props.minor, props.name)
             device = torch.device("cuda", index)
             packaged = [t.name for t in m.weights.tensors if not t.external]
-            tensors = self._weights(device) if m.weights.file else []
+            tensors = self._weights(device, rank) if m.weights.file else []
             if len(tensors) != len(packaged):
                 raise RuntimeError(f"{m.weights.file}: {len(tensors)} tensors, the manifest lists {len(packaged)}: "
                                    "the package is damaged; reinstall or rebuild it")
@@ -287,8 +295,9 @@ class Package:
                                            dict(zip(packaged, tensors)), {})
         return self._devices[index]
 
-    def _weights(self, device: torch.device) -> list:
-        """The packaged tensors, loaded onto ``device``."""
+    def _weights(self, device: torch.device, rank: int | None) -> list:
+        """The packaged tensors, loaded onto ``device`` (tensor parallel: ``rank``'s slices, cut
+        from the whole tensors mapped from the file, never all of them on the GPU)."""
         w = self.manifest.weights
         path = os.path.join(self.dir, w.file)
         size = os.path.getsize(path) if os.path.exists(path) else None
@@ -296,7 +305,11 @@ class Package:
             found = "is missing" if size is None else f"has {size} bytes, the manifest says {w.file_bytes}"
             raise RuntimeError(f"{path} {found}: the package is damaged; reinstall or rebuild it")
         try:
-            return torch.load(path, weights_only=True, map_location=device)
+            if rank is None:
+                return torch.load(path, weights_only=True, map_location=device)
+            whole = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
+            held = [t for t in self.manifest.weights.tensors if not t.external]
+            return [parallel.rank_slice(t, w, rank, self.manifest.world_size).to(device) for t, w in zip(held, whole)]
         except Exception as e:  # noqa: BLE001 - a damaged pickle raises anything
             raise RuntimeError(f"{path}: cannot be read ({type(e).__name__}: {e}): the package is damaged; "
                                "reinstall or rebuild it") from None
@@ -315,7 +328,9 @@ class Package:
         program = importlib.import_module(f"{self._import_name or m.name}.{variant.program}")
         name = m.name if bucket is None else f"{m.name}[{m.shapes.axis} {bucket}]"
         ranges = m.shapes.ranges if isinstance(m.shapes, Dynamic) else None
-        return Loaded(name, dev.variant, dev.device, dev.context, program.forward, kernels,
+        forward = program.forward if m.world_size == 1 else \
+            functools.partial(program.forward, **{GROUP: parallel.group_name()})  # its collectives' group
+        return Loaded(name, dev.variant, dev.device, dev.context, forward, kernels,
                       [InputSpec.of(i) for i in shape.inputs], ranges)
 
     def _kernel(self, k: ComboKernel, dev: _Device):

@@ -26,17 +26,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import types
-import typing
 from dataclasses import dataclass, field
+
+from .manifest_decode import ManifestError, decode
 
 FORMAT = 2
 BATCH = "batch"  # the axis --batch and dim 0 stand for
 PLACED = "aotcombo_out"  # the program's parameter: tensors for the outputs it would allocate itself
-
-
-class ManifestError(ValueError):
-    """A manifest this runtime cannot read."""
+GROUP = "aotcombo_group"  # the program's parameter: its collectives' process group (tensor parallel)
 
 
 # --- shape modes ----------------------------------------------------------------------------
@@ -241,6 +238,10 @@ class Weight:
     parts: tuple[str, ...] = ()
     part_rows: tuple[int, ...] = ()
     same_as: str | None = None  # an earlier name of the same tensor (tied weights): stored and loaded once
+    # Tensor parallel (``Manifest.world_size`` > 1): the dim along which each rank holds its
+    # 1/world_size slice (``shape`` is one rank's); the package and ``load(weights=...)``
+    # hold the whole tensor. None: every rank holds all of it.
+    shard_dim: int | None = None
 
 
 ITEMSIZE = {  # bytes per element of each dtype a manifest may name
@@ -290,6 +291,9 @@ class Manifest:
     weights: Weights
     extern_ops: tuple[str, ...]  # the torch ops the programs call ("aten::mm.out", ...)
     format: int = FORMAT
+    # Tensor-parallel ranks (``build --tensor-parallel N``): one program every rank runs on its
+    # slices of the weights (``Weight.shard_dim``), its collectives over torch.distributed.
+    world_size: int = 1
 
     @property
     def private_ops(self) -> tuple[str, ...]:
@@ -329,70 +333,4 @@ class Manifest:
             data["shapes"] = {"mode": "dynamic", "axes": [{
                 "name": BATCH, "min": shapes["min"], "max": shapes["max"],
                 "dims": [[i, 0] for i in shapes.get("batched_inputs", [])]}]}
-        return _decode(cls, data, "manifest")
-
-
-# --- decoding: JSON values into the classes above, checked against their annotations ------------
-
-
-def _decode(kind, value, where: str):
-    origin, args = typing.get_origin(kind), typing.get_args(kind)
-    if dataclasses.is_dataclass(kind):
-        if not isinstance(value, dict):
-            raise ManifestError(f"{where}: expected an object, got {type(value).__name__}")
-        hints = _hints(kind)
-        fields = {f.name: f for f in dataclasses.fields(kind)}
-        unknown = set(value) - set(fields)
-        if unknown:
-            raise ManifestError(f"{where}: unknown field {min(unknown)!r}")
-        try:
-            return kind(**{k: _decode(hints[k], v, f"{where}.{k}") for k, v in value.items() if fields[k].init})
-        except TypeError as e:  # a required field is missing
-            raise ManifestError(f"{where}: {e}") from None
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        modes = [a for a in args if dataclasses.is_dataclass(a) and "mode" in _hints(a)]
-        if modes:
-            mode = value.get("mode") if isinstance(value, dict) else None
-            if mode not in SHAPE_MODES:
-                raise ManifestError(f"{where}: unknown mode {mode!r}")
-            return _decode(SHAPE_MODES[mode], value, where)
-        for a in args:
-            if a is not type(None) and _is(a, value):
-                return value
-        raise ManifestError(f"{where}: unexpected {type(value).__name__} {value!r}")
-    if origin is tuple:
-        if not isinstance(value, list):
-            raise ManifestError(f"{where}: expected a list, got {type(value).__name__}")
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_decode(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
-        if len(args) != len(value):
-            raise ManifestError(f"{where}: expected {len(args)} items, got {len(value)}")
-        return tuple(_decode(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ManifestError(f"{where}: expected an object, got {type(value).__name__}")
-        return {k: _decode(args[1], v, f"{where}.{k}") for k, v in value.items()}
-    if not _is(kind, value):
-        raise ManifestError(f"{where}: expected {getattr(kind, '__name__', kind)}, got {value!r}")
-    return value
-
-
-def _is(kind, value) -> bool:
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    return isinstance(value, kind)
-
-
-_HINTS: dict = {}
-
-
-def _hints(cls) -> dict:
-    if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
-
-
+        return decode(cls, data, "manifest", SHAPE_MODES)

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 import torch
 
 from .manifest import Manifest
+from .parallel import part_slice, rank_slice, whole_shape
 
 
 class State:
@@ -41,8 +42,10 @@ class State:
 
 def weights_for_load(manifest: Manifest, packaged: dict[str, torch.Tensor], device: torch.device,
                      given: Mapping[str, torch.Tensor] | None = None,
-                     shared: Mapping[str, torch.Tensor] | None = None) -> tuple[list[torch.Tensor], State]:
-    """The program's weights in program order, and the load's state."""
+                     shared: Mapping[str, torch.Tensor] | None = None,
+                     rank: int | None = None) -> tuple[list[torch.Tensor], State]:
+    """The program's weights in program order, and the load's state. ``rank``: a
+    tensor-parallel package's (``given`` holds whole tensors: this rank's slices are taken)."""
     given = {} if given is None else given
     if not isinstance(given, Mapping):
         raise TypeError(f"load(): weights must be a mapping of names to tensors (a state_dict), "
@@ -57,9 +60,11 @@ def weights_for_load(manifest: Manifest, packaged: dict[str, torch.Tensor], devi
     sources, moved = {}, {}
     for t in manifest.weights.tensors:
         if t.parts and (t.external or any(p in given for p in t.parts)):
-            sources[t.name] = _combined(t, given, packaged, device)
+            sources[t.name] = _combined(t, given, packaged, device, rank, manifest.world_size)
         elif t.name in given:
-            sources[t.name] = _moved(_checked(f"weights[{t.name!r}]", given[t.name], t.dtype, t.shape), device, moved)
+            value = _checked(f"weights[{t.name!r}]", given[t.name], t.dtype, whole_shape(t, manifest.world_size))
+            sources[t.name] = _moved(value if rank is None else rank_slice(t, value, rank, manifest.world_size),
+                                     device, moved)
         else:
             sources[t.name] = packaged[t.name]
     live = {}
@@ -97,13 +102,15 @@ def _moved(value: torch.Tensor, device: torch.device, moved: dict) -> torch.Tens
     return moved[key]
 
 
-def _combined(t, given: Mapping[str, torch.Tensor], packaged: dict, device: torch.device) -> torch.Tensor:
+def _combined(t, given: Mapping[str, torch.Tensor], packaged: dict, device: torch.device, rank: int | None,
+              world: int) -> torch.Tensor:
     """A weight made of several of the model's tensors (``t.parts``, concatenated along dim 0):
-    the caller's where given, else the packaged rows."""
+    the caller's where given (this rank's slice of each, tensor parallel), else the packaged rows."""
     pieces, start = [], 0
     for name, rows in zip(t.parts, t.part_rows, strict=True):
         if name in given:
-            pieces.append(_checked(f"weights[{name!r}]", given[name], t.dtype, (rows, *t.shape[1:])).to(device))
+            value = _checked(f"weights[{name!r}]", given[name], t.dtype, whole_shape(t, world, rows))
+            pieces.append((value if rank is None else part_slice(t, value, rows, rank, world)).to(device))
         else:
             pieces.append(packaged[t.name][start:start + rows])
         start += rows

@@ -115,6 +115,14 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--weights", choices=("packaged", "external"), default="packaged",
                        help="packaged (default): the wheel carries the model's weights; external: it carries none, "
                        "and load(weights=model.state_dict()) gives them (for weights too large to ship in a wheel)")
+    build.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
+                       help="split the model over N GPUs (torch.distributed, NCCL): each rank holds 1/N of the "
+                       "planned layers' weights; the model file's get_tp_plan() (a torch parallelize_module plan) "
+                       "says which, else Llama-style blocks are split by their layers' names. Run the package "
+                       "under torchrun: pkg.load('cuda') in each rank")
+    build.add_argument("--tp-plan-fn", default=None,
+                       help="function returning the tensor-parallel plan (default: get_tp_plan, if the file "
+                       "defines it)")
     build.add_argument("--no-cache", action="store_true",
                        help="do not read or write the build cache (see below)")
     build.add_argument("--no-pdl", action="store_true",

@@ -43,7 +43,8 @@ def _options(args, options_mod):
     return options_mod.BuildOptions.checked(
         arch=args.arch, name=args.name or Path(args.model_file).stem.replace("-", "_"), out=args.out,
         version=args.package_version, dispatch=args.dispatch, shapes=shapes, cache=not args.no_cache, jobs=args.jobs,
-        native=False if args.no_native else None, weights=args.weights, pdl=not args.no_pdl)
+        native=False if args.no_native else None, weights=args.weights, pdl=not args.no_pdl,
+        tensor_parallel=args.tensor_parallel)
 
 
 def _build(args, reporter) -> int:
@@ -60,8 +61,9 @@ def _build(args, reporter) -> int:
         if args.batch or args.dynamic:
             make_inputs = modelfile.batch_inputs_function(path, args.inputs_fn)
         axes = modelfile.dynamic_axes_of(path, args.axes_fn) if args.dynamic or args.buckets or args.axes_fn else None
+        tp_plan = modelfile.defined(path, args.tp_plan_fn, "get_tp_plan") if options.tensor_parallel > 1 else None
     result = pipeline.build_package(model, inputs, options, reporter=reporter, model_file=path,
-                                    make_inputs=make_inputs, dynamic_axes=axes)
+                                    make_inputs=make_inputs, dynamic_axes=axes, tp_plan=tp_plan)
     s = result.summary()
     c = result.cache
 

@@ -146,6 +146,16 @@ def _run_here(directory: Path) -> None:
         else:
             kernels.append(lambda *args, fn=fn, grid=grid: fn[(grid, 1, 1)](*args))
     forward = load_program(job["program"], "program").forward
+    if job.get("world"):  # one rank of a tensor-parallel program: its collectives over gloo, on the CPU
+        import functools
+
+        import torch.distributed as dist
+
+        from ..runtime.manifest import GROUP
+
+        dist.init_process_group("gloo", init_method=f"file://{job['store']}", rank=job["rank"],
+                                world_size=job["world"])
+        forward = functools.partial(forward, **{GROUP: dist.group.WORLD.group_name})
     with torch.no_grad():
         outputs = forward(kernels, job["weights"], torch.device("cpu"), *job["inputs"])
     torch.save({"outputs": outputs, "inputs": job["inputs"], "weights": job["weights"]}, directory / "outputs.pt")
@@ -159,23 +169,46 @@ def run(program: str, combos: Sequence[tuple[str, str, int | None]], weights: Se
     ``combos`` lists ``(name, module source, grid)`` in launch-table order; grid None: the
     program passes each launch's grid first (a dynamic batch). Inputs and weights the
     program updates in place (a model's state) are updated in the caller's tensors."""
+    return run_ranks(program, combos, [weights], inputs)[0]
+
+
+def run_ranks(program: str, combos: Sequence[tuple[str, str, int | None]],
+              weights: Sequence[Sequence[torch.Tensor]], inputs: Sequence[torch.Tensor]) -> list:
+    """``run`` for each rank's ``weights`` at once: a tensor-parallel program (more than one
+    list of weights), each rank a child process, its collectives over torch.distributed's gloo
+    backend. Returns each rank's outputs; the state each updates is its own weights'."""
+    world = len(weights)
     with tempfile.TemporaryDirectory(prefix="aotcombo-interp-") as tmp:
-        directory = Path(tmp)
-        job = {"program": program, "combos": list(combos), "weights": list(weights), "inputs": list(inputs)}
-        torch.save(job, directory / "job.pt")
         env = dict(os.environ, TRITON_INTERPRET="1")
-        result = subprocess.run(
-            [sys.executable, "-m", "aotcombo.tools.interpret", str(directory)], env=env, capture_output=True, text=True,
-            check=False,  # a failure is told below, with the child's stderr
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"interpreted run failed (exit status {result.returncode}):\n{result.stderr[-4000:]}")
-        done = torch.load(directory / "outputs.pt", weights_only=False)
-        # the program may update inputs, and its state (buffers forward writes), in place
-        for mine, theirs in zip([*inputs, *weights], [*done["inputs"], *done["weights"]]):
-            if isinstance(mine, torch.Tensor) and not torch.equal(mine, theirs):
-                mine.copy_(theirs)
-        return done["outputs"]
+        children = []
+        for rank, rank_weights in enumerate(weights):
+            directory = Path(tmp) / f"rank{rank}"
+            directory.mkdir()
+            job = {"program": program, "combos": list(combos), "weights": list(rank_weights), "inputs": list(inputs)}
+            if world > 1:
+                job.update(rank=rank, world=world, store=str(Path(tmp) / "store"))
+            torch.save(job, directory / "job.pt")
+            with open(directory / "stderr", "w") as stderr:  # a file: a full pipe would stall the ranks
+                children.append((directory, subprocess.Popen(
+                    [sys.executable, "-m", "aotcombo.tools.interpret", str(directory)], env=env,
+                    stdout=subprocess.DEVNULL, stderr=stderr)))
+        results = []
+        for rank, (directory, child) in enumerate(children):
+            if child.wait() != 0:
+                stderr = (directory / "stderr").read_text()
+                for _, other in children:
+                    other.kill()
+                which = f" (rank {rank})" if world > 1 else ""
+                raise RuntimeError(f"interpreted run failed{which} (exit status {child.returncode}):\n{stderr[-4000:]}")
+            done = torch.load(directory / "outputs.pt", weights_only=False)
+            # the program may update inputs, and its state (buffers forward writes), in place
+            mine_all = [*inputs, *weights[rank]] if rank == 0 else list(weights[rank])
+            theirs_all = [*done["inputs"], *done["weights"]] if rank == 0 else done["weights"]
+            for mine, theirs in zip(mine_all, theirs_all):
+                if isinstance(mine, torch.Tensor) and not torch.equal(mine, theirs):
+                    mine.copy_(theirs)
+            results.append(done["outputs"])
+        return results
 
 
 def run_variant(result, variant_index: int = 0, inputs: Sequence[torch.Tensor] = ()):

@@ -13,6 +13,7 @@ stand-in package whose ``_runtime`` is ``aotcombo.runtime``, as in a wheel.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import linecache
@@ -24,6 +25,8 @@ import torch
 
 from ...errors import UnsupportedModelError
 from ...runtime.inputs import at_sizes
+from ...runtime.manifest import GROUP
+from ..trace.collectives import group_name
 from .. import graph as g
 
 PACKAGE = "aotcombo_program"  # the stand-in package a program is a module of
@@ -57,6 +60,8 @@ def check_on_meta(program: str, graph: g.Graph, label: str) -> None:
     weights = [_meta(i.spec, sizes) for i in graph.inputs if i.kind == "weight"]
     inputs = [_meta(i.spec, sizes) for i in sorted((i for i in graph.inputs if i.kind == "user"), key=lambda i: i.key)]
     forward = load_program(program, label).forward
+    if any(isinstance(op, g.Extern) and op.op.startswith("_c10d_functional::") for op in graph.ops):
+        forward = functools.partial(forward, **{GROUP: group_name()})  # the trace's process group
 
     class NoKernels:
         def __getitem__(self, index):

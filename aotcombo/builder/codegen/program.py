@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ... import __version__
-from ...runtime.manifest import PLACED
+from ...runtime.manifest import GROUP, PLACED
 from .. import graph as g
 from ..graph import ATTENTION
 from ..plan.combos import Combo, ComboLaunch, Plan
@@ -18,6 +18,8 @@ def _expr(value) -> str:
     if isinstance(value, g.Const):
         if value.kind == "device":
             return "device"
+        if value.kind == "group":  # a collective's process group: the one the package is loaded in
+            return GROUP
         return f"torch.{value.value}"
     if isinstance(value, list):
         return "[" + ", ".join(_expr(v) for v in value) + "]"
@@ -171,6 +173,10 @@ def _overload(op: str):
     return getattr(getattr(getattr(torch.ops, namespace), name, None), overload, None)
 
 
+def _collective(op) -> bool:
+    return isinstance(op, g.Extern) and op.op.startswith("_c10d_functional::")
+
+
 def render_program(plan: Plan, structure: tuple, name: str) -> str:
     graph = plan.graph
     combos = {c.name: (i, c) for i, c in enumerate(plan.combos)}
@@ -188,6 +194,7 @@ def render_program(plan: Plan, structure: tuple, name: str) -> str:
                            | ({"in_strides"} if restride else set())),
         weights=[i.name for i in graph.inputs if i.kind == "weight"],
         placed=PLACED,
+        group=GROUP if any(_collective(op) for op in plan.ops) else None,
         body=[_op_line(op, combos, placed, roots, restride) for op in plan.ops]
         + [f"{name}.copy_({graph.outputs[i]})" for name, i in graph.mutations],
         result=_structure_expr(structure, iter(graph.user_outputs)),

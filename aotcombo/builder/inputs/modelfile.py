@@ -93,12 +93,18 @@ def dynamic_axes_of(path: str | Path, axes_fn: str | None = None):
     """What ``axes_fn()`` of the model file returns (the model's named dynamic axes,
     ``inputs/axes.py``), or None when ``axes_fn`` is not given and ``get_dynamic_axes`` is
     not defined."""
+    return defined(path, axes_fn, "get_dynamic_axes")
+
+
+def defined(path: str | Path, function: str | None, default: str):
+    """What ``function()`` of the model file returns, or None when ``function`` is not given
+    and the file does not define ``default`` (``get_dynamic_axes``, ``get_tp_plan``)."""
     shown, path = str(path), Path(path).resolve()
     with _model_file_context(path) as module:
         _exec_module(module, path, shown)
-        if axes_fn is None and not hasattr(module, "get_dynamic_axes"):
+        if function is None and not hasattr(module, default):
             return None
-        name = axes_fn or "get_dynamic_axes"
+        name = function or default
         return _call(_get_function(module, name, path, shown), name, path, shown)
 
 

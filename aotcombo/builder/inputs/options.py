@@ -23,6 +23,7 @@ SUPPORTED_ARCHS = (75, 80, 86, 87, 89, 90, 100, 103, 120)  # what Triton's NVIDI
 DISPATCHES = ("sequential", "round_robin", "auto")
 WEIGHTS = ("packaged", "external")  # where a package's weights come from
 MAX_BATCH = 1 << 16
+MAX_RANKS = 64  # --tensor-parallel
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -39,21 +40,32 @@ class BuildOptions:
     native: bool | None = None  # the C extensions: None (if a compiler is here), True, False
     weights: str = "packaged"  # "packaged" in the wheel, or "external": given to load(weights=...)
     pdl: bool = True  # programmatic dependent launch on sm_90 and later
+    tensor_parallel: int = 1  # ranks the package runs on (torch.distributed; 1: one GPU)
 
     @classmethod
     def checked(cls, *, arch: Sequence[str | int] | str = DEFAULT_ARCHS, name: str = "model",
                 out: str | Path = "dist", version: str = "0.1.0", dispatch: str = "sequential",
                 shapes: ShapeMode | None = None, cache=True, jobs: int | None = None,
-                native: bool | None = None, weights: str = "packaged", pdl: bool = True) -> BuildOptions:
+                native: bool | None = None, weights: str = "packaged", pdl: bool = True,
+                tensor_parallel: int = 1) -> BuildOptions:
         if dispatch not in DISPATCHES:
             raise UsageError(f"unknown dispatch {dispatch!r}", fix=f"choose among {', '.join(DISPATCHES)}")
         if weights not in WEIGHTS:
             raise UsageError(f"unknown --weights {weights!r}", fix=f"choose among {', '.join(WEIGHTS)}")
         if jobs is not None and jobs < 1:
             raise UsageError(f"--jobs {jobs}: need at least 1", fix="pass --jobs 1 to compile in this process only")
+        shapes = check_shapes(shapes or Static())
         return cls(archs=parse_archs(arch), name=check_name(name), out=check_out_dir(out),
-                   version=check_version(version), dispatch=dispatch, shapes=check_shapes(shapes or Static()),
-                   cache=cache, jobs=jobs, native=native, weights=weights, pdl=bool(pdl))
+                   version=check_version(version), dispatch=dispatch, shapes=shapes,
+                   cache=cache, jobs=jobs, native=native, weights=weights, pdl=bool(pdl),
+                   tensor_parallel=check_tensor_parallel(tensor_parallel))
+
+
+def check_tensor_parallel(ranks) -> int:
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or not 1 <= ranks <= MAX_RANKS:
+        raise UsageError(f"--tensor-parallel {ranks!r}: not a number of ranks",
+                         fix=f"pass --tensor-parallel N with N from 2 to {MAX_RANKS} (the GPUs each forward runs on)")
+    return ranks
 
 
 # --- archs ----------------------------------------------------------------------------------

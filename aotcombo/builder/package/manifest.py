@@ -127,10 +127,10 @@ def _specialization(batch: int | None, variants: list[VariantBuild], files: _Fil
     return m.Specialization(batch=batch, inputs=_inputs(lowest.plan.graph, names), variants=entries)
 
 
-def _tensor(name: str, t, external: bool, rows: dict, same_as: str | None) -> m.Weight:
+def _tensor(name: str, t, external: bool, rows: dict, same_as: str | None, shard_dim: int | None) -> m.Weight:
     parts = linears.parts(name) or ()
     return m.Weight(name, str(t.dtype).removeprefix("torch."), tuple(t.shape), external, tuple(parts),
-                    tuple(rows[p] for p in parts), same_as)
+                    tuple(rows[p] for p in parts), same_as, shard_dim)
 
 
 def tied(weights: dict) -> dict[str, str]:
@@ -152,12 +152,15 @@ def tied(weights: dict) -> dict[str, str]:
 
 def assemble(name: str, version: str, archs, shapes: m.ShapeMode, variants: list[VariantBuild],
              weights: dict, weights_file: bytes | None, input_names: tuple[str, ...],
-             external=frozenset(), part_rows: dict | None = None) -> Contents:
+             external=frozenset(), part_rows: dict | None = None, shard_dims: dict | None = None,
+             world_size: int = 1) -> Contents:
     """The package's manifest and files (the runtime and ``__init__.py`` excepted: ``wheel``
     adds those). ``weights``: the model's tensors by name, in program order;
     ``weights_file``: the ``torch.save`` of those not ``external`` (None: all are);
     ``input_names``: the user inputs' names (signature.input_names); ``part_rows``: the rows
-    of each model tensor a combined weight is made of (kernels/linear/combine.py)."""
+    of each model tensor a combined weight is made of (kernels/linear/combine.py);
+    ``shard_dims``: tensor parallel over ``world_size`` ranks, each split weight's dim (``weights``
+    holds one rank's tensors, ``weights_file`` the whole ones)."""
     files = _Files()
     by_batch: dict = {}
     for v in variants:
@@ -180,10 +183,11 @@ def assemble(name: str, version: str, archs, shapes: m.ShapeMode, variants: list
         specializations=specializations,
         weights=m.Weights(
             file=WEIGHTS_FILE if weights_file is not None else None,
-            tensors=tuple(_tensor(name, t, name in external, part_rows or {}, ties.get(name))
-                          for name, t in weights.items()),
+            tensors=tuple(_tensor(name, t, name in external, part_rows or {}, ties.get(name),
+                                  (shard_dims or {}).get(name)) for name, t in weights.items()),
             file_bytes=len(weights_file or b""), sha256=hashlib.sha256(weights_file or b"").hexdigest(),
             state=tuple(name for name in weights if name in state)),
         extern_ops=tuple(sorted({op.op for v in variants for op in v.plan.ops if isinstance(op, g.Extern)})),
+        world_size=world_size,
     )
     return Contents(manifest, files.files, files.shared)

@@ -90,6 +90,7 @@ def package_files(contents: Contents, extensions: dict[str, bytes] | None) -> di
         batch=_shapes_sentence(manifest.shapes),
         external=bool(manifest.weights.external),
         state=list(manifest.weights.state),
+        world_size=manifest.world_size,
         manifest_sha256=hashlib.sha256(manifest_json).hexdigest(),
     ).encode()
     return files

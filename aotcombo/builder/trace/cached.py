@@ -90,16 +90,18 @@ def _fits(graph, inputs, weights) -> bool:
     return True
 
 
-def trace_keys(model, inputs, archs, cache, model_file, reporter, dynamic: Dynamic | None = None) -> dict:
+def trace_keys(model, inputs, archs, cache, model_file, reporter, dynamic: Dynamic | None = None,
+               sharding: tuple | None = None) -> dict:
     """Trace cache keys for every arch, computed before any trace (a trace imports
-    Inductor, whose configs are part of the key once imported)."""
+    Inductor, whose configs are part of the key once imported). ``sharding``: what tensor
+    parallel split (``Sharding.key``), which the model's own fingerprint does not show."""
     from ..cache.store import trace_keys as keys
     from ..cache.fingerprint import Uncacheable
 
     if not cache.enabled:
         return {a: None for a in archs}
     try:
-        return keys(model, inputs, archs, model_file, extra=dynamic)
+        return keys(model, inputs, archs, model_file, extra=dynamic if sharding is None else (dynamic, sharding))
     except Uncacheable as exc:
         reporter.detail(f"traces are not cached for this model: {exc}")
         return {a: None for a in archs}

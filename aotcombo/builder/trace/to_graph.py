@@ -13,6 +13,7 @@ from ...errors import UnsupportedModelError
 from .. import graph as g
 from ..graph import ATTENTION
 from .capture import is_int_expr, launch_marker
+from .collectives import PACKAGED
 from .diagnosis import node_where, target_name
 
 
@@ -180,9 +181,24 @@ def _attention(node) -> g.Extern | None:
                     out=node.name, writes=(), aliases=())
 
 
+def _over_the_loaded_group(op: torch._ops.OpOverload, args: tuple, kwargs: tuple) -> tuple[tuple, tuple]:
+    """A collective's arguments with its process group (the trace's fake one, by name) as
+    ``Const("group")``: the group the package is loaded in (``runtime/parallel.py``)."""
+    if op._schema.name.partition("::")[2] not in PACKAGED:
+        raise UnsupportedModelError(f"the program calls the collective {op_name(op)}; a tensor-parallel package "
+                                    "makes all-reduces and all-gathers only",
+                                    fix="split the model with ColwiseParallel / RowwiseParallel layers only")
+    names = [a.name for a in op._schema.arguments]
+    group = g.Const("group", "world")
+    args = tuple(group if i < len(names) and names[i] == "group_name" else a for i, a in enumerate(args))
+    kwargs = tuple((k, group if k == "group_name" else v) for k, v in kwargs)
+    return args, kwargs
+
+
 # Names the package's program defines itself (templates/program.py.j2): a value of the
 # same name would shadow them.
-_PROGRAM_NAMES = frozenset({"torch", "empty_strided", "as_strided", "aten", "kernels", "weights", "device", "forward"})
+_PROGRAM_NAMES = frozenset({"torch", "empty_strided", "as_strided", "aten", "kernels", "weights", "device", "forward",
+                            "aotcombo_group"})
 
 
 def graph_from_fx(gm, kernels, input_meta, arch, dynamic=None) -> g.Graph:
@@ -227,6 +243,8 @@ def graph_from_fx(gm, kernels, input_meta, arch, dynamic=None) -> g.Graph:
                 kwargs = tuple((k, _to_plain(v)) for k, v in node.kwargs.items())
             except UnsupportedModelError as exc:
                 raise UnsupportedModelError(f"{exc.message}, passed to {target_name(op)}", exc.fix) from None
+            if op.namespace == COLLECTIVES:
+                args, kwargs = _over_the_loaded_group(op, args, kwargs)
             ops.append(
                 g.Extern(
                     op=op_name(op),
@@ -301,7 +319,8 @@ def real_tensor(module: torch.nn.Module, dotted: str, constants: dict) -> torch.
         ) from None
 
 
-PACKAGED_NAMESPACES = ("aten", "aotcombo")  # torch's own ops; ours are lowered to kernels after the trace
+COLLECTIVES = "_c10d_functional"  # torch's functional collectives (a tensor-parallel build)
+PACKAGED_NAMESPACES = ("aten", "aotcombo", COLLECTIVES)  # torch's own ops; ours are lowered to kernels after the trace
 
 
 def refuse_other_libraries_ops(graph: g.Graph, exported: torch.fx.GraphModule) -> None:

@@ -1,0 +1,144 @@
+"""One rank of a tensor-parallel package's check, started by ``torchrun --nproc-per-node N``
+(``tests/gpu/test_gpu_tensor_parallel.py`` starts it; every rank runs the same steps).
+
+Each rank makes the full-size model file's eager model with random weights (seed 0) on its GPU,
+gives its ``state_dict()`` to ``load`` (each rank cuts its slices) and checks the package against
+it, in graph mode and op by op, with tests/gpu/test_gpu_llama_8b.py's rules:
+
+- ``decode`` (a decode-step package): ``STEPS`` steps from an empty cache, a fresh random token
+  each, logits within max(1e-2, 2 x eager's own error) of float32 eager in relative L2, then the
+  rank's slice of the cache against eager's; and ``TOKENS`` greedy tokens after a ``PROMPT``-token
+  prompt, teacher-forced (argmax equal unless a bf16 tie, ``testing.llm.is_tie``) and free-running
+  (equal, or up to a first difference that is a tie).
+- ``prompt`` (a ``--dynamic seq`` package for prompts and steps): a prompt of each length in
+  ``LENGTHS`` from an empty cache, its logits at every position, then ``STEPS`` decode steps.
+
+Rank 0 writes a JSON line per check to $OUT/tp_<model>.jsonl; the exit status is 1 if one fails.
+
+    torchrun --nproc-per-node 2 tests/gpu/tensor_parallel_worker.py llama_1b_decode full_llama_1b_decode_tp2 decode
+"""
+
+import json
+import os
+import sys
+
+import torch
+
+from aotcombo.testing.compare import leaves, relative_error
+from aotcombo.testing.gpu import import_package
+from aotcombo.testing.llm import is_tie
+from aotcombo.testing.parallel import init_rank, rank_view
+from aotcombo.testing.zoo import FULL_SIZE_DIR, check, model_file
+
+STEPS, PROMPT, TOKENS, LENGTHS = 8, 16, 64, (512, 37)
+
+
+def _logits(out) -> torch.Tensor:
+    return leaves(out)[0].reshape(-1, leaves(out)[0].shape[-1])[-1:]  # the last position's, [1, vocab]
+
+
+class Check:
+    def __init__(self, source, package, device, rank):
+        self.source, self.package, self.device, self.rank = source, package, device, rank
+        self.eager = source.get_model(device=device)
+        self.reference = source.get_model(dtype=torch.float32, device=device)
+        self.reference.load_state_dict({k: v.float() if v.is_floating_point() else v
+                                        for k, v in self.eager.state_dict().items()})
+        self.rows, self.failed = [], False
+
+    def record(self, label: dict, rows: list[dict]) -> None:
+        for row in rows:
+            self.rows.append({**label, **row})
+            self.failed |= not row["ok"]
+
+    def empty(self, loaded) -> None:
+        loaded.reset_state()
+        for model in (self.eager, self.reference):
+            for name, buffer in model.named_buffers():
+                if name in loaded.state():
+                    buffer.zero_()
+
+    def run(self, inputs, *models):
+        return [m(*(t.to(self.device) for t in inputs)) for m in models]
+
+    def state(self, loaded, label: dict) -> None:
+        eager, reference = dict(self.eager.named_buffers()), dict(self.reference.named_buffers())
+        manifest = self.package.manifest
+        for key, tensor in loaded.state().items():
+            self.record({**label, "state": key}, check(tensor, rank_view(manifest, key, eager[key], self.rank),
+                                                      rank_view(manifest, key, reference[key], self.rank)))
+
+    def steps(self, loaded, label: dict, start: int = 0) -> None:
+        for pos in range(start, start + STEPS):
+            inputs = self.source.get_example_inputs(pos=pos, seed=100 + pos)
+            self.record({**label, "step": pos}, check(*self.run(inputs, loaded, self.eager, self.reference)))
+
+    def prompts(self, loaded, label: dict) -> None:
+        for length in LENGTHS:
+            self.empty(loaded)
+            inputs = self.source.get_example_inputs(pos=0, seed=length, length=length)
+            self.record({**label, "prompt": length}, check(*self.run(inputs, loaded, self.eager, self.reference)))
+            self.steps(loaded, {**label, "after_prompt": length}, start=length)
+        self.state(loaded, label)
+
+    def greedy(self, loaded, label: dict) -> None:
+        """Teacher-forced then free-running greedy tokens (test_gpu_llama_8b.py's rules)."""
+        models = (self.eager, loaded, self.reference)
+        prompt = torch.randint(0, self.source.VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(7))
+        self.empty(loaded)
+        for i in range(PROMPT):
+            e, o, r = (_logits(x) for x in self.run((prompt[:, i:i + 1], torch.tensor([i])), *models))
+        ties, worst, worst_eager = [], 0.0, 0.0
+        for step in range(TOKENS):
+            worst, worst_eager = max(worst, relative_error(o, r)), max(worst_eager, relative_error(e, r))
+            if int(o.argmax()) != int(e.argmax()):
+                ties.append(step if is_tie(e, o, 0) else -1 - step)
+            token = e.argmax(-1)[:, None].cpu()
+            e, o, r = (_logits(x) for x in self.run((token, torch.tensor([PROMPT + step])), *models))
+        self.empty(loaded)
+        tokens = {}
+        for name, model in (("eager", self.eager), ("ours", loaded)):
+            for i in range(PROMPT):
+                logits = _logits(self.run((prompt[:, i:i + 1], torch.tensor([i])), model)[0])
+            out = [logits.argmax(-1)]
+            for i in range(TOKENS - 1):
+                out.append(_logits(self.run((out[-1][:, None].cpu(), torch.tensor([PROMPT + i])), model)[0]).argmax(-1))
+            tokens[name] = torch.cat(out)
+        same = bool(torch.equal(tokens["ours"], tokens["eager"]))
+        ok = all(t >= 0 for t in ties) and worst <= max(1e-2, 2 * worst_eager)
+        first = None if same else int((tokens["ours"] != tokens["eager"]).nonzero()[0])
+        self.record(label, [{"greedy": TOKENS, "ties": ties, "error": worst, "eager_error": worst_eager,
+                             "free_running_equal": same, "first_difference": first, "ok": ok}])
+
+
+def main(name: str, package_name: str, mode: str) -> int:
+    rank, world, device = init_rank()
+    source, package = model_file(name, FULL_SIZE_DIR), import_package(package_name)
+    checker = Check(source, package, device, rank)
+    with torch.no_grad():
+        for graphs in (True, False):
+            loaded = package.load(device, graphs=graphs, weights=checker.eager.state_dict())
+            label = {"model": name, "package": package_name, "world": world, "graphs": graphs}
+            if mode == "decode":
+                checker.empty(loaded)
+                checker.steps(loaded, label)
+                checker.state(loaded, label)
+                checker.greedy(loaded, label)
+            else:
+                checker.prompts(loaded, label)
+            del loaded
+    if rank == 0:
+        path = os.path.join(os.environ.get("OUT", "."), f"tp_{name}.jsonl")
+        with open(path, "a") as f:
+            for row in checker.rows:
+                f.write(json.dumps(row) + "\n")
+        bad = [r for r in checker.rows if not r["ok"]]
+        print(f"{package_name}: {len(checker.rows) - len(bad)}/{len(checker.rows)} checks ok over {world} ranks")
+        for row in bad[:10] + [r for r in checker.rows if "greedy" in r]:
+            print(json.dumps(row))
+    torch.distributed.destroy_process_group()
+    return 1 if checker.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:4]))
