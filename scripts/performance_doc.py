@@ -34,6 +34,8 @@ SOURCES = {
     "shapes": ["call_path/c_guard_final/shapes_bench.log"],
     # benchmarks/axes_bench.py: BERT-base with dynamic batch and sequence length against exact builds
     "axes": ["axes/axes_bench.jsonl"],
+    # benchmarks/tp_bench.py under torchrun: a tensor-parallel decode step against one GPU and torch's own TP
+    "tensor_parallel": ["tp/tp_bench.jsonl"],
     # benchmarks/bench.py (fresh processes, torch.compile cold and warm) and bench_coldstart.py
     "cold_start": ["results.json", "cold_start.json"],
 }
@@ -274,6 +276,27 @@ def section_axes(results: Path) -> list[str]:
             *lines, "", sources_line(results, SOURCES["axes"]), ""]
 
 
+def section_tensor_parallel(results: Path) -> list[str]:
+    path = results / SOURCES["tensor_parallel"][0]
+    if not path.is_file():
+        return []
+    rows = _jsonl(path)
+    lines = table(["model", "ranks", "ours, one GPU", "ours, TP", "torch TP + RO", "TP / one GPU",
+                   "torch TP RO / ours TP", "TP: % of copy bandwidth per rank"],
+                  [[r["model"], str(r["world"]), ms(r["ours_one_gpu_ms"]), ms(r["ours_tp_ms"]),
+                    ms(r.get("torch_tp_ro_ms")), ratio(r["ours_tp_ms"], r["ours_one_gpu_ms"]),
+                    ratio(r.get("torch_tp_ro_ms"), r["ours_tp_ms"]), f"{100 * r['ours_tp_copy_fraction']:.0f} %"]
+                   for r in rows])
+    where = ", ".join(sorted({f"{r['device']} x {r['world']}, torch {r['torch']}" for r in rows}))
+    return ["## Tensor parallel", "",
+            ("A decode step (batch 1, cache position 512) of `sample_models/full_size/` built with `--tensor-parallel "
+             "2` against the one-GPU package (rank 0 alone) and the same model split by torch's `parallelize_module` "
+             "with the same plan under `torch.compile(mode=\"reduce-overhead\")`, all under `torchrun` in one run "
+             "(`benchmarks/tp_bench.py`); milliseconds per token, medians. Bytes per rank: the weights a rank holds "
+             "but the embedding table, and the cache written so far."), "",
+            *lines, "", f"Source: `{shown(path)}` ({where}).", ""]
+
+
 # --- the document ------------------------------------------------------------------------------
 
 
@@ -330,7 +353,8 @@ def document(results: Path) -> str:
         "",
     ]
     body = (samples + zoo + full + section_llm(results, full_rows) + section_first_output(results)
-            + section_cold_start(results) + section_shapes(results) + section_axes(results))
+            + section_cold_start(results) + section_shapes(results) + section_axes(results)
+            + section_tensor_parallel(results))
     return "\n".join(head + body).rstrip() + "\n"
 
 

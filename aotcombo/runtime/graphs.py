@@ -173,7 +173,10 @@ class GraphModel:
         self._graph, self._answered, self._failed, self._repoint = None, False, False, None
         self._copied, self._copied_to = (), ()  # inputs copied in beside those the kernels read in place
         self._outputs, self._unflatten, self._slots, self._bound = [], None, None, None
-        self._binds = capturer is None and model.device.type == "cuda"  # graphs bound to the caller's inputs
+        # Graphs bound to the caller's inputs (bound.py), but not with collectives: a bound graph is
+        # captured when one rank's allocator brings addresses back, which other ranks' need not, and
+        # every rank must run the same collectives at the same call.
+        self._binds = capturer is None and model.device.type == "cuda" and not model.collectives
 
     def capture(self) -> GraphModel:
         """Capture the forward now (a warm-up run, then the capture, on the static inputs); a

@@ -99,6 +99,7 @@ class Loaded(NamedTuple):
     kernels: list
     specs: list[InputSpec]
     ranges: dict | None = None  # each dynamic axis's (min, max)
+    collectives: bool = False  # tensor parallel: its forward runs collectives with the other ranks
 
 
 class _Device(NamedTuple):
@@ -125,6 +126,7 @@ class Model:
                             if check_inputs else None)
         # the device's primary context; the kernels as loaded (cuda.LoadedKernel, or GridPerCall)
         self.context, self.kernels, self._forward = loaded.context, loaded.kernels, loaded.forward
+        self.collectives = loaded.collectives
         self._index, self._bound, self._static = self.device.index, {}, None
         self.names = [s.name for s in self.specs]
 
@@ -296,8 +298,8 @@ class Package:
         return self._devices[index]
 
     def _weights(self, device: torch.device, rank: int | None) -> list:
-        """The packaged tensors, loaded onto ``device`` (tensor parallel: ``rank``'s slices, cut
-        from the whole tensors mapped from the file, never all of them on the GPU)."""
+        """The packaged tensors, loaded onto ``device`` (tensor parallel: ``rank``'s slices of the
+        whole tensors, mapped in from the file: never all of them on the GPU)."""
         w = self.manifest.weights
         path = os.path.join(self.dir, w.file)
         size = os.path.getsize(path) if os.path.exists(path) else None
@@ -331,7 +333,7 @@ class Package:
         forward = program.forward if m.world_size == 1 else \
             functools.partial(program.forward, **{GROUP: parallel.group_name()})  # its collectives' group
         return Loaded(name, dev.variant, dev.device, dev.context, forward, kernels,
-                      [InputSpec.of(i) for i in shape.inputs], ranges)
+                      [InputSpec.of(i) for i in shape.inputs], ranges, m.world_size > 1)
 
     def _kernel(self, k: ComboKernel, dev: _Device):
         """A kernel of the variant, its image loaded once per device into the current context."""

@@ -53,6 +53,11 @@ def _build(args, reporter) -> int:
 
     check_environment()
     options = _options(args, options_mod)
+    if args.tp_plan_fn and options.tensor_parallel == 1:
+        from ..errors import UsageError
+
+        raise UsageError("--tp-plan-fn names a tensor-parallel plan, and the build is for one GPU",
+                         fix="add --tensor-parallel N, or leave --tp-plan-fn out")
     path = Path(args.model_file)
     make_inputs = None
     with reporter.stage(f"load {path}", timing_key="load"):

@@ -81,49 +81,68 @@ class Check:
             self.steps(loaded, {**label, "after_prompt": length}, start=length)
         self.state(loaded, label)
 
-    def greedy(self, loaded, label: dict) -> None:
-        """Teacher-forced then free-running greedy tokens (test_gpu_llama_8b.py's rules)."""
-        models = (self.eager, loaded, self.reference)
-        prompt = torch.randint(0, self.source.VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(7))
+    def greedy(self, loaded, label: dict, one=None) -> None:
+        """Teacher-forced then free-running greedy tokens (test_gpu_llama_8b.py's rules); with
+        ``one`` (the one-GPU package, loaded on this rank's GPU), its logits beside ours."""
+        models = (self.eager, loaded, self.reference) + ((one,) if one is not None else ())
+        prompt = torch.cat([self.source.get_example_inputs(pos=i, seed=7000 + i)[0] for i in range(PROMPT)], 1)
         self.empty(loaded)
+        if one is not None:
+            one.reset_state()
         for i in range(PROMPT):
-            e, o, r = (_logits(x) for x in self.run((prompt[:, i:i + 1], torch.tensor([i])), *models))
-        ties, worst, worst_eager = [], 0.0, 0.0
+            logits = [_logits(x) for x in self.run((prompt[:, i:i + 1], torch.tensor([i])), *models)]
+        ties, errors = [], []
         for step in range(TOKENS):
-            worst, worst_eager = max(worst, relative_error(o, r)), max(worst_eager, relative_error(e, r))
+            e, o, r = logits[:3]
+            errors.append([round(relative_error(x, r), 4) for x in (o, e)] +
+                          ([round(relative_error(o, logits[3]), 4)] if one is not None else []))
             if int(o.argmax()) != int(e.argmax()):
                 ties.append(step if is_tie(e, o, 0) else -1 - step)
             token = e.argmax(-1)[:, None].cpu()
-            e, o, r = (_logits(x) for x in self.run((token, torch.tensor([PROMPT + step])), *models))
+            logits = [_logits(x) for x in self.run((token, torch.tensor([PROMPT + step])), *models)]
+        worst, worst_eager = max(x[0] for x in errors), max(x[1] for x in errors)
         self.empty(loaded)
         tokens = {}
         for name, model in (("eager", self.eager), ("ours", loaded)):
             for i in range(PROMPT):
-                logits = _logits(self.run((prompt[:, i:i + 1], torch.tensor([i])), model)[0])
-            out = [logits.argmax(-1)]
+                out = _logits(self.run((prompt[:, i:i + 1], torch.tensor([i])), model)[0])
+            out = [out.argmax(-1)]
             for i in range(TOKENS - 1):
                 out.append(_logits(self.run((out[-1][:, None].cpu(), torch.tensor([PROMPT + i])), model)[0]).argmax(-1))
             tokens[name] = torch.cat(out)
         same = bool(torch.equal(tokens["ours"], tokens["eager"]))
         ok = all(t >= 0 for t in ties) and worst <= max(1e-2, 2 * worst_eager)
         first = None if same else int((tokens["ours"] != tokens["eager"]).nonzero()[0])
-        self.record(label, [{"greedy": TOKENS, "ties": ties, "error": worst, "eager_error": worst_eager,
-                             "free_running_equal": same, "first_difference": first, "ok": ok}])
+        row = {"greedy": TOKENS, "ties": ties, "error": worst, "eager_error": worst_eager,
+               "free_running_equal": same, "first_difference": first, "ok": ok,
+               "errors_per_step": errors}  # [ours vs fp32, eager vs fp32(, ours vs the one-GPU package)]
+        if one is not None:
+            row["vs_one_gpu"] = max(x[2] for x in errors)
+        self.record(label, [row])
+
+
+def _progress(rank: int, line: str) -> None:
+    if rank == 0:
+        print(line, flush=True)
 
 
 def main(name: str, package_name: str, mode: str) -> int:
     rank, world, device = init_rank()
     source, package = model_file(name, FULL_SIZE_DIR), import_package(package_name)
     checker = Check(source, package, device, rank)
+    one = os.environ.get("AOTCOMBO_TP_ONE_GPU")  # the one-GPU package's name: compared in the greedy run
     with torch.no_grad():
         for graphs in (True, False):
             loaded = package.load(device, graphs=graphs, weights=checker.eager.state_dict())
             label = {"model": name, "package": package_name, "world": world, "graphs": graphs}
+            _progress(rank, f"{package_name}, graphs={graphs}: loaded")
             if mode == "decode":
                 checker.empty(loaded)
                 checker.steps(loaded, label)
                 checker.state(loaded, label)
-                checker.greedy(loaded, label)
+                weights = checker.eager.state_dict()
+                checker.greedy(loaded, label, import_package(one).load(device, graphs=graphs, weights=weights)
+                               if one else None)
             else:
                 checker.prompts(loaded, label)
             del loaded

@@ -36,6 +36,6 @@ def test_tensor_parallel_matches_eager(model, mode):
     import_package(package)  # skips (or fails, AOTCOMBO_REQUIRE_PACKAGES=1) when not installed
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={WORLD}", str(WORKER),
                model, package, mode]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=540, env=dict(os.environ))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=dict(os.environ))
     print(done.stdout)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -226,8 +226,8 @@ def test_load_modes(tmp_path, monkeypatch):
     specs = [package.InputSpec.of(i) for i in STATIC.inputs]
     loaded = Loaded("m", "sm_90", torch.device("cuda", 0), 1, None, [], specs)
     monkeypatch.setattr(package, "_device_index", lambda device: 0)
-    monkeypatch.setattr(Package, "_device", lambda self, index: package._Device(torch.device("cuda", 0), "sm_90", 1,
-                                                                               {}, {}))
+    monkeypatch.setattr(Package, "_device", lambda self, index, rank=None: package._Device(
+        torch.device("cuda", 0), "sm_90", 1, {}, {}))
     monkeypatch.setattr(Package, "_load", lambda self, index, bucket: loads.append(index) or loaded)
 
     monkeypatch.setattr(graphs, "allocate", lambda specs, device, batch=None: ())  # no GPU here
