@@ -14,6 +14,8 @@ it, in graph mode and op by op, with tests/gpu/test_gpu_llama_8b.py's rules:
   ``LENGTHS`` from an empty cache, its logits at every position, then ``STEPS`` decode steps.
 
 Rank 0 writes a JSON line per check to $OUT/tp_<model>.jsonl; the exit status is 1 if one fails.
+AOTCOMBO_TP_MODES=graph (or op_by_op) checks one mode only; AOTCOMBO_TP_ONE_GPU=<package> puts the
+one-GPU package's logits beside ours in the greedy run.
 
     torchrun --nproc-per-node 2 tests/gpu/tensor_parallel_worker.py llama_1b_decode full_llama_1b_decode_tp2 decode
 """
@@ -132,7 +134,8 @@ def main(name: str, package_name: str, mode: str) -> int:
     checker = Check(source, package, device, rank)
     one = os.environ.get("AOTCOMBO_TP_ONE_GPU")  # the one-GPU package's name: compared in the greedy run
     with torch.no_grad():
-        for graphs in (True, False):
+        modes = {"graph": (True,), "op_by_op": (False,)}.get(os.environ.get("AOTCOMBO_TP_MODES", ""), (True, False))
+        for graphs in modes:
             loaded = package.load(device, graphs=graphs, weights=checker.eager.state_dict())
             label = {"model": name, "package": package_name, "world": world, "graphs": graphs}
             _progress(rank, f"{package_name}, graphs={graphs}: loaded")
