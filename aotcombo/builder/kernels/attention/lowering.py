@@ -42,6 +42,11 @@ BLOCK_N = 64  # keys per step of a split program
 TARGET_PROGRAMS = 256  # about two waves of an H100 (132 SMs) or an A100 (108)
 MAX_SPLITS = 64  # the combine kernel holds every split's partial row at once
 HEAD_DIMS = (16, 32, 64, 128, 256)
+# A split call's programs merge their partials themselves, the last of each (batch, key/value
+# head) to finish counted in COUNTERS (zeroed once per step): no combine launch. Off until
+# measured on a GPU (one launch fewer per layer, one memset more per step; not yet timed).
+MERGE_IN_SPLIT = False
+COUNTERS = "attention_counters"
 FP32_DOT = ', input_precision="tf32x3"'  # float32 products as three tf32 ones, as the fused linears do
 LOG2E = 1.4426950408889634
 
@@ -121,9 +126,11 @@ def _aligned(spec: g.TensorSpec) -> bool:
     return spec.storage_offset * ITEMSIZE[spec.dtype] % 16 == 0
 
 
-def lowered_ops(op: g.Extern, specs: dict, out_name: str, mode: str) -> tuple[list, list, dict]:
+def lowered_ops(op: g.Extern, specs: dict, out_name: str, mode: str, counter: tuple[str, int] = ("", 0)
+                ) -> tuple[list, list, dict]:
     """What replaces one attention call: its ops (scratch and output allocations, launches),
-    the kernels they launch, and the specs of the scratch buffers."""
+    the kernels they launch, and the specs of the scratch buffers. A split call counts its
+    programs in ``counter``: (the step's counters, zeroed before it; this call's first)."""
 
     kwargs = dict(op.kwargs)
     q_ref, k_ref, v_ref = op.args[:3]
@@ -148,12 +155,12 @@ def lowered_ops(op: g.Extern, specs: dict, out_name: str, mode: str) -> tuple[li
                + (f"; {splits} splits of {per_split} keys" if mode == "split" else f"; {row_blocks} programs per head"))
     common = dict(heads=kv, rows=rows, group=group, query_rows=m, dim=d, splits=splits, summary=summary,
                   out_stride=out.stride, out_type=TRITON_DTYPE[out.dtype])
-    source = render("decode_attention.py.j2", part="attend", name="KERNEL", direct=mode == "small", **common,
-                    row_blocks=row_blocks,
-                    q_stride=q.stride, k_stride=k.stride, v_stride=v.stride, keys=keys, causal=causal,
-                    keys_per_split=per_split, scale_log2=repr(scale * LOG2E), mask=mask_kind,
-                    mask_stride=_broadcast_strides(mask_spec, (b, h, m, keys)) if mask_spec else None,
-                    dot_options=FP32_DOT if q.dtype == "float32" else "")
+    attend = dict(common, row_blocks=row_blocks, q_stride=q.stride, k_stride=k.stride, v_stride=v.stride, keys=keys,
+                  causal=causal, keys_per_split=per_split, scale_log2=repr(scale * LOG2E), mask=mask_kind,
+                  mask_stride=_broadcast_strides(mask_spec, (b, h, m, keys)) if mask_spec else None,
+                  dot_options=FP32_DOT if q.dtype == "float32" else "")
+    source = render("decode_attention.py.j2", part="attend", name="KERNEL", direct=mode == "small", merge_here=False,
+                    **attend)
     inputs = [(p, n, s) for p, (n, s) in zip(["q_ptr", "k_ptr", "v_ptr", "mask_ptr"], [
         (q_ref.name, q), (k_ref.name, k), (v_ref.name, v)] + ([(mask.name, mask_spec)] if mask_spec else []))]
     tiles = (("BLOCK_M", block_m), ("BLOCK_N", BLOCK_N), ("BLOCK_D", block_d))
@@ -165,6 +172,17 @@ def lowered_ops(op: g.Extern, specs: dict, out_name: str, mode: str) -> tuple[li
     scratch = {f"{out_name}_partial": g.TensorSpec((b * kv * splits * rows * d,), (1,), "float32"),
                f"{out_name}_stats": g.TensorSpec((b * kv * splits * rows * 2,), (1,), "float32")}
     (acc, acc_spec), (stats, stats_spec) = scratch.items()
+    if MERGE_IN_SPLIT:  # its counters: a view of the step's (the kernel's source the same for every call)
+        counters, first_counter = counter
+        mine = (f"{out_name}_counters", g.TensorSpec((b * kv,), (1,), "int32", first_counter))
+        source = render("decode_attention.py.j2", part="attend", name="KERNEL", direct=False, merge_here=True,
+                        **attend)
+        split, split_args = _kernel(
+            "decode_attention_split", source, inputs + [("acc_ptr", acc, acc_spec), ("stats_ptr", stats, stats_spec),
+                                                        ("counter_ptr", *mine), ("out_ptr", out_name, out)],
+            tiles, (b * kv * splits, 1, 1), numels, writes=("acc_ptr", "stats_ptr", "counter_ptr", "out_ptr"))
+        return [g.Alloc(acc, acc_spec), g.Alloc(stats, stats_spec), g.View(mine[0], counters, mine[1]),
+                g.Alloc(out_name, out), g.Launch(split.name, split_args)], [split], {**scratch, mine[0]: mine[1]}
     split, split_args = _kernel("decode_attention_split", source,
                                 inputs + [("acc_ptr", acc, acc_spec), ("stats_ptr", stats, stats_spec)], tiles,
                                 (b * kv * splits, 1, 1), numels, writes=("acc_ptr", "stats_ptr"))
@@ -209,13 +227,24 @@ def lower(graph: g.Graph) -> g.Graph:
         return graph
     kernels = {k.name: k for k in graph.kernels}
     ops, new_specs = [], dict(graph.specs)
+    counted: dict[str, int] = {}  # split call -> its first counter: one per (batch, key/value head)
+    total = 0
+    for op in graph.ops:
+        if MERGE_IN_SPLIT and isinstance(op, g.Extern) and lowered.get(op.out, ("", ""))[1] == "split":
+            counted[op.out] = total  # 16-byte aligned, as every call's kernel (one source for all) assumes
+            total += cdiv(specs[op.args[1].name].shape[0] * specs[op.args[1].name].shape[1], 4) * 4
+    if total:  # zeroed once, first: the step's only extern call, ahead of every launch
+        new_specs[COUNTERS] = g.TensorSpec((total,), (1,), "int32")
+        ops += [g.Alloc(COUNTERS, new_specs[COUNTERS]),
+                g.Extern(op="aten::zero_", args=(g.Ref(COUNTERS),), kwargs=(), out=None, writes=(COUNTERS,))]
     for op in graph.ops:
         if isinstance(op, g.GetItem) and op.base in lowered:
             continue
         if not (isinstance(op, g.Extern) and op.out in lowered):
             ops.append(op)
             continue
-        replacement, made, scratch = lowered_ops(op, specs, *lowered[op.out])
+        replacement, made, scratch = lowered_ops(op, specs | new_specs, *lowered[op.out],
+                                                 counter=(COUNTERS, counted.get(op.out, 0)))
         for kernel in made:
             kernels.setdefault(kernel.name, kernel)
         new_specs.update(scratch)
