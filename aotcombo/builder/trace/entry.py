@@ -22,6 +22,7 @@ from . import decompositions
 from .capture import run_inductor
 from .diagnosis import export_failure, inductor_failure, located, quiet_logs
 from .export import export_on_fake_gpu
+from .grouped_heads import read_grouped_heads
 from .passes import literals_on_the_gpu, reject_data_dependent_shapes, scatter_into_whole_buffers, write_state_in_place
 from .to_graph import graph_from_fx, output_structure, real_tensor, refuse_other_libraries_ops
 from .virtual_gpu import virtual_gpu
@@ -65,6 +66,7 @@ def trace_model(module: torch.nn.Module, example_inputs: tuple, arch: int, *, in
             if dynamic is None:  # its kernels are sized at build time
                 linear_match.fuse(ep)
             linear_quant.expand(ep)  # those no kernel of ours reads: back to ATen ops
+            read_grouped_heads(ep)  # no key/value copy per query head
         signature = ep.graph_signature
         scatter_into_whole_buffers(ep)
         state = write_state_in_place(ep)

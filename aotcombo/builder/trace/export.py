@@ -124,6 +124,14 @@ def _attention_for(arch: int):
                 "scaled_dot_product_attention with dropout_p > 0 is training-only",
                 fix="pass dropout_p=0.0 (or self.training and p or 0.0) in the model",
             )
+        if enable_gqa and q.dim() == k.dim() == v.dim() == 4 and q.shape[1] != k.shape[1] \
+                and q.shape[1] % k.shape[1] == 0 and k.shape[1] == v.shape[1]:
+            # each key/value head repeated for its query heads, as transformers' repeat_kv does:
+            # grouped_heads.read_grouped_heads then reads the un-repeated ones instead (no copy)
+            group = q.shape[1] // k.shape[1]
+            k, v = (t[:, :, None].expand(t.shape[0], t.shape[1], group, *t.shape[2:]).reshape(
+                t.shape[0], t.shape[1] * group, *t.shape[2:]) for t in (k, v))
+            enable_gqa = False
         head_dim = q.shape[-1]
         fused_ok = (
             q.dim() == 4

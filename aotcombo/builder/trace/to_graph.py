@@ -176,6 +176,8 @@ def _attention(node) -> g.Extern | None:
                                     f"(shape {tuple(out.shape)}, strides {tuple(out.stride())})")
     kwargs = {"layout": layout, "attn_mask": bound.get("attn_bias"),
               "is_causal": bool(bound.get("is_causal", False)), "scale": bound.get("scale")}
+    if bound["key"].meta["val"].shape[1] != query.shape[1]:  # un-repeated keys and values (grouped_heads.py)
+        kwargs["enable_gqa"] = True
     return g.Extern(op=ATTENTION, args=_to_plain((bound["query"], bound["key"], bound["value"])),
                     kwargs=tuple((key, _to_plain(value)) for key, value in kwargs.items()),
                     out=node.name, writes=(), aliases=())

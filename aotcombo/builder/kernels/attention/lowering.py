@@ -16,13 +16,18 @@ sequence's block) is one kernel of ours: one program per (batch, head, 16 query 
 all its keys, writing the output itself (torch's memory-efficient kernel took 8 us for a
 float32 [2, 8, 64, 32] block). Sizes and strides are fixed at build time; the split
 is chosen so one call has about ``TARGET_PROGRAMS`` programs. Calls that fit neither (a
-prefill, a dynamic batch, odd head sizes) stay torch's.
+prefill, a dynamic batch, odd head sizes) stay torch's. Grouped-query attention
+(``enable_gqa``, made by ``trace/grouped_heads.py`` from transformers' ``repeat_kv``): a
+program takes one key/value head and the rows of all its query heads, so each key/value
+head is read once for its group and never copied per query head.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+
+import torch
 
 from ....runtime.manifest import ITEMSIZE
 from ... import graph as g
@@ -37,6 +42,11 @@ BLOCK_N = 64  # keys per step of a split program
 TARGET_PROGRAMS = 256  # about two waves of an H100 (132 SMs) or an A100 (108)
 MAX_SPLITS = 64  # the combine kernel holds every split's partial row at once
 HEAD_DIMS = (16, 32, 64, 128, 256)
+# A split call's programs merge their partials themselves, the last of each (batch, key/value
+# head) to finish counted in COUNTERS (zeroed once per step): no combine launch. Off until
+# measured on a GPU (one launch fewer per layer, one memset more per step; not yet timed).
+MERGE_IN_SPLIT = False
+COUNTERS = "attention_counters"
 FP32_DOT = ', input_precision="tf32x3"'  # float32 products as three tf32 ones, as the fused linears do
 LOG2E = 1.4426950408889634
 
@@ -59,17 +69,19 @@ def _broadcast_strides(spec: g.TensorSpec, shape: tuple) -> tuple | None:
 
 def lowering(op: g.Extern, specs: dict, out: g.TensorSpec) -> str | None:
     """How the attention call ``op`` (its output ``out``) is lowered: "split" (two kernels),
-    "small" (one), or None (it stays torch's)."""
+    "small" (one), or None (it stays torch's). With ``enable_gqa``, key/value head ``h //
+    group`` serves query head ``h`` (``trace/grouped_heads.py`` makes such calls)."""
     kwargs = dict(op.kwargs)
     q, k, v = (specs.get(a.name) if isinstance(a, g.Ref) else None for a in op.args[:3])
     mask = kwargs.get("attn_mask")
     mask_spec = specs.get(mask.name) if isinstance(mask, g.Ref) else None
-    if None in (q, k, v) or kwargs.get("enable_gqa") or (mask is not None and mask_spec is None):
+    if None in (q, k, v) or (mask is not None and mask_spec is None):
         return None
     if not all(_ints(s) and len(s.shape) == 4 for s in (q, k, v, out)):
         return None
-    (b, h, m, d), s = q.shape, k.shape[2]
-    if k.shape != (b, h, s, d) or v.shape != (b, h, s, d) or out.shape != (b, h, m, d):
+    (b, h, m, d), (kv, s) = q.shape, k.shape[1:3]
+    group = h // kv if kwargs.get("enable_gqa") and h % kv == 0 else 1
+    if k.shape != (b, h // group, s, d) or v.shape != k.shape or out.shape != (b, h, m, d):
         return None
     if not (q.dtype == k.dtype == v.dtype == out.dtype and q.dtype in TRITON_DTYPE and d in HEAD_DIMS):
         return None
@@ -78,11 +90,28 @@ def lowering(op: g.Extern, specs: dict, out: g.TensorSpec) -> str | None:
             return None
         if mask_spec.dtype not in ("bool", q.dtype, "float32"):
             return None
-    if m <= SMALL_ROWS and s <= SMALL_KEYS:
+    return _mode(m, s, group, bool(kwargs.get("is_causal")))
+
+
+def _mode(rows: int, keys: int, group: int, causal: bool) -> str | None:
+    """The lowering of a call of ``rows`` query rows per head over ``keys`` keys, ``group``
+    query heads per key/value head (a split program holds the ``rows * group`` rows of its
+    key/value head)."""
+    if rows <= SMALL_ROWS and keys <= SMALL_KEYS:
         return "small"
-    if m <= MAX_ROWS and s >= MIN_KEYS and not kwargs.get("is_causal"):
+    # grouped: whatever the keys, as torch's alternative would be its enable_gqa (math, at times)
+    if rows * group <= MAX_ROWS and (keys >= MIN_KEYS or group > 1) and not causal:
         return "split"
     return None
+
+
+def takes_grouped(dtype: torch.dtype, query_shape: tuple, keys: int, group: int, causal: bool,
+                  mask_dtype: torch.dtype | None) -> bool:
+    """Whether ``lowering`` takes a grouped-query call of these (``trace/grouped_heads.py``
+    asks before it gives a call the un-repeated keys and values)."""
+    name, mask_name = (str(t).removeprefix("torch.") if t is not None else None for t in (dtype, mask_dtype))
+    return (name in TRITON_DTYPE and query_shape[3] in HEAD_DIMS and mask_name in (None, "bool", name, "float32")
+            and _mode(query_shape[2], keys, group, causal) is not None)
 
 
 def split_of(batch_heads: int, keys: int) -> tuple[int, int]:
@@ -97,56 +126,72 @@ def _aligned(spec: g.TensorSpec) -> bool:
     return spec.storage_offset * ITEMSIZE[spec.dtype] % 16 == 0
 
 
-def lowered_ops(op: g.Extern, specs: dict, out_name: str, mode: str) -> tuple[list, list, dict]:
+def lowered_ops(op: g.Extern, specs: dict, out_name: str, mode: str, counter: tuple[str, int] = ("", 0)
+                ) -> tuple[list, list, dict]:
     """What replaces one attention call: its ops (scratch and output allocations, launches),
-    the kernels they launch, and the specs of the scratch buffers."""
+    the kernels they launch, and the specs of the scratch buffers. A split call counts its
+    programs in ``counter``: (the step's counters, zeroed before it; this call's first)."""
 
     kwargs = dict(op.kwargs)
     q_ref, k_ref, v_ref = op.args[:3]
     q, k, v, out = specs[q_ref.name], specs[k_ref.name], specs[v_ref.name], specs[out_name]
     mask = kwargs.get("attn_mask")
     mask_spec = specs[mask.name] if mask is not None else None
-    (b, h, m, d), keys = q.shape, k.shape[2]
-    splits, per_split = split_of(b * h, keys) if mode == "split" else (1, cdiv(keys, BLOCK_N) * BLOCK_N)
+    (b, h, m, d), (kv, keys) = q.shape, k.shape[1:3]
+    group = h // kv  # query heads per key/value head: a program takes a key/value head's rows of all of them
+    rows = group * m
+    splits, per_split = split_of(b * kv, keys) if mode == "split" else (1, cdiv(keys, BLOCK_N) * BLOCK_N)
     scale = kwargs.get("scale")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     mask_kind = None if mask_spec is None else ("bool" if mask_spec.dtype == "bool" else "additive")
     causal = bool(kwargs.get("is_causal"))
     # a split program takes every row; a small attention's programs take 16 rows each (more
     # programs: a [2, 8, 64, 32] block ran in 16 of them)
-    block_m, block_d = (max(16, next_power_of_2(m)) if mode == "split" else 16), d
-    row_blocks = cdiv(m, block_m)
+    block_m, block_d = (max(16, next_power_of_2(rows)) if mode == "split" else 16), d
+    row_blocks = cdiv(rows, block_m)
     summary = (f"[{b}, {h}, {m}, {d}] queries over {keys} keys, {q.dtype}" + (", causal" if causal else "")
+               + (f", {group} query heads per key/value head" if group > 1 else "")
                + (f", {mask_kind} mask" if mask_kind else "")
                + (f"; {splits} splits of {per_split} keys" if mode == "split" else f"; {row_blocks} programs per head"))
-    common = dict(heads=h, rows=m, dim=d, splits=splits, summary=summary, out_stride=out.stride,
-                  out_type=TRITON_DTYPE[out.dtype])
-    source = render("decode_attention.py.j2", part="attend", name="KERNEL", direct=mode == "small", **common,
-                    row_blocks=row_blocks,
-                    q_stride=q.stride, k_stride=k.stride, v_stride=v.stride, keys=keys, causal=causal,
-                    keys_per_split=per_split, scale_log2=repr(scale * LOG2E), mask=mask_kind,
-                    mask_stride=_broadcast_strides(mask_spec, (b, h, m, keys)) if mask_spec else None,
-                    dot_options=FP32_DOT if q.dtype == "float32" else "")
+    common = dict(heads=kv, rows=rows, group=group, query_rows=m, dim=d, splits=splits, summary=summary,
+                  out_stride=out.stride, out_type=TRITON_DTYPE[out.dtype])
+    attend = dict(common, row_blocks=row_blocks, q_stride=q.stride, k_stride=k.stride, v_stride=v.stride, keys=keys,
+                  causal=causal, keys_per_split=per_split, scale_log2=repr(scale * LOG2E), mask=mask_kind,
+                  mask_stride=_broadcast_strides(mask_spec, (b, h, m, keys)) if mask_spec else None,
+                  dot_options=FP32_DOT if q.dtype == "float32" else "")
+    source = render("decode_attention.py.j2", part="attend", name="KERNEL", direct=mode == "small", merge_here=False,
+                    **attend)
     inputs = [(p, n, s) for p, (n, s) in zip(["q_ptr", "k_ptr", "v_ptr", "mask_ptr"], [
         (q_ref.name, q), (k_ref.name, k), (v_ref.name, v)] + ([(mask.name, mask_spec)] if mask_spec else []))]
     tiles = (("BLOCK_M", block_m), ("BLOCK_N", BLOCK_N), ("BLOCK_D", block_d))
-    numels = (("m", m), ("n", keys), ("d", d))
+    numels = (("m", rows), ("n", keys), ("d", d))
     if mode == "small":
         kernel, args = _kernel("attention_small", source, inputs + [("out_ptr", out_name, out)], tiles,
-                               (b * h * row_blocks, 1, 1), numels, writes=("out_ptr",))
+                               (b * kv * row_blocks, 1, 1), numels, writes=("out_ptr",))
         return [g.Alloc(out_name, out), g.Launch(kernel.name, args)], [kernel], {}
-    scratch = {f"{out_name}_partial": g.TensorSpec((b * h * splits * m * d,), (1,), "float32"),
-               f"{out_name}_stats": g.TensorSpec((b * h * splits * m * 2,), (1,), "float32")}
+    scratch = {f"{out_name}_partial": g.TensorSpec((b * kv * splits * rows * d,), (1,), "float32"),
+               f"{out_name}_stats": g.TensorSpec((b * kv * splits * rows * 2,), (1,), "float32")}
     (acc, acc_spec), (stats, stats_spec) = scratch.items()
+    if MERGE_IN_SPLIT:  # its counters: a view of the step's (the kernel's source the same for every call)
+        counters, first_counter = counter
+        mine = (f"{out_name}_counters", g.TensorSpec((b * kv,), (1,), "int32", first_counter))
+        source = render("decode_attention.py.j2", part="attend", name="KERNEL", direct=False, merge_here=True,
+                        **attend)
+        split, split_args = _kernel(
+            "decode_attention_split", source, inputs + [("acc_ptr", acc, acc_spec), ("stats_ptr", stats, stats_spec),
+                                                        ("counter_ptr", *mine), ("out_ptr", out_name, out)],
+            tiles, (b * kv * splits, 1, 1), numels, writes=("acc_ptr", "stats_ptr", "counter_ptr", "out_ptr"))
+        return [g.Alloc(acc, acc_spec), g.Alloc(stats, stats_spec), g.View(mine[0], counters, mine[1]),
+                g.Alloc(out_name, out), g.Launch(split.name, split_args)], [split], {**scratch, mine[0]: mine[1]}
     split, split_args = _kernel("decode_attention_split", source,
                                 inputs + [("acc_ptr", acc, acc_spec), ("stats_ptr", stats, stats_spec)], tiles,
-                                (b * h * splits, 1, 1), numels, writes=("acc_ptr", "stats_ptr"))
+                                (b * kv * splits, 1, 1), numels, writes=("acc_ptr", "stats_ptr"))
     combine_source = render("decode_attention.py.j2", part="combine", name="KERNEL", **common)
     combine, combine_args = _kernel(
         "decode_attention_combine", combine_source,
         [("acc_ptr", acc, acc_spec), ("stats_ptr", stats, stats_spec), ("out_ptr", out_name, out)],
-        (("BLOCK_S", max(2, next_power_of_2(splits))), ("BLOCK_D", block_d)), (b * h * m, 1, 1),
-        (("m", m), ("d", d)), writes=("out_ptr",))
+        (("BLOCK_S", max(2, next_power_of_2(splits))), ("BLOCK_D", block_d)), (b * kv * rows, 1, 1),
+        (("m", rows), ("d", d)), writes=("out_ptr",))
     ops = [g.Alloc(acc, acc_spec), g.Alloc(stats, stats_spec), g.Launch(split.name, split_args),
            g.Alloc(out_name, out), g.Launch(combine.name, combine_args)]
     return ops, [split, combine], scratch
@@ -182,13 +227,24 @@ def lower(graph: g.Graph) -> g.Graph:
         return graph
     kernels = {k.name: k for k in graph.kernels}
     ops, new_specs = [], dict(graph.specs)
+    counted: dict[str, int] = {}  # split call -> its first counter: one per (batch, key/value head)
+    total = 0
+    for op in graph.ops:
+        if MERGE_IN_SPLIT and isinstance(op, g.Extern) and lowered.get(op.out, ("", ""))[1] == "split":
+            counted[op.out] = total  # 16-byte aligned, as every call's kernel (one source for all) assumes
+            total += cdiv(specs[op.args[1].name].shape[0] * specs[op.args[1].name].shape[1], 4) * 4
+    if total:  # zeroed once, first: the step's only extern call, ahead of every launch
+        new_specs[COUNTERS] = g.TensorSpec((total,), (1,), "int32")
+        ops += [g.Alloc(COUNTERS, new_specs[COUNTERS]),
+                g.Extern(op="aten::zero_", args=(g.Ref(COUNTERS),), kwargs=(), out=None, writes=(COUNTERS,))]
     for op in graph.ops:
         if isinstance(op, g.GetItem) and op.base in lowered:
             continue
         if not (isinstance(op, g.Extern) and op.out in lowered):
             ops.append(op)
             continue
-        replacement, made, scratch = lowered_ops(op, specs, *lowered[op.out])
+        replacement, made, scratch = lowered_ops(op, specs | new_specs, *lowered[op.out],
+                                                 counter=(COUNTERS, counted.get(op.out, 0)))
         for kernel in made:
             kernels.setdefault(kernel.name, kernel)
         new_specs.update(scratch)
