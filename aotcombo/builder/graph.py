@@ -18,6 +18,8 @@ from ..runtime.manifest import Dynamic
 
 # The attention extern call: public; the program calls it through runtime/ops.py.
 ATTENTION = "aten::scaled_dot_product_attention"
+# torch's functional collectives (a tensor-parallel build): their process group is the program's argument.
+COLLECTIVES = "_c10d_functional"
 
 
 @dataclass(frozen=True)
@@ -214,6 +216,11 @@ class Graph:
     @property
     def spec(self) -> dict[str, TensorSpec]:
         return dict(self.specs)
+
+
+def is_collective(op) -> bool:
+    """A call of one of torch's functional collectives (all-reduce, all-gather, their wait)."""
+    return isinstance(op, Extern) and op.op.startswith(f"{COLLECTIVES}::")
 
 
 def kernel_only_inputs(graph: Graph) -> frozenset[str]:

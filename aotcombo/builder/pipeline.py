@@ -12,8 +12,8 @@ lives in the folder of the same name.
 from __future__ import annotations
 
 import tempfile
-from contextlib import nullcontext
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -37,9 +37,9 @@ from .inputs.options import BuildOptions
 from .inputs.signature import input_names
 from .kernels.linear.subclasses import flatten as flatten_subclasses
 from .package import weights as weights_policy
-from .parallel.shard import Sharding, shard_model
 from .package.manifest import VariantBuild, assemble, stats
 from .package.wheel import save_weights, write_wheels
+from .parallel.shard import Sharding, shard_model
 from .plan.combos import make_plan
 from .trace.cached import trace_keys, trace_stage
 from .trace.collectives import fake_process_group

@@ -9,6 +9,8 @@ hold whole tensors: each rank cuts its slice, so no one writes shard files.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from .manifest import Manifest, Weight
@@ -51,8 +53,6 @@ def check_group(manifest: Manifest, device: torch.device, rank: int | None, worl
 
 def _local_ranks(built: int) -> int:
     """The ranks on this machine (torchrun's LOCAL_WORLD_SIZE), else all of them."""
-    import os
-
     try:
         return int(os.environ.get("LOCAL_WORLD_SIZE", built))
     except ValueError:

@@ -60,7 +60,7 @@ def check_on_meta(program: str, graph: g.Graph, label: str) -> None:
     weights = [_meta(i.spec, sizes) for i in graph.inputs if i.kind == "weight"]
     inputs = [_meta(i.spec, sizes) for i in sorted((i for i in graph.inputs if i.kind == "user"), key=lambda i: i.key)]
     forward = load_program(program, label).forward
-    if any(isinstance(op, g.Extern) and op.op.startswith("_c10d_functional::") for op in graph.ops):
+    if any(g.is_collective(op) for op in graph.ops):
         forward = functools.partial(forward, **{GROUP: group_name()})  # the trace's process group
 
     class NoKernels:

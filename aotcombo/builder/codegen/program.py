@@ -173,10 +173,6 @@ def _overload(op: str):
     return getattr(getattr(getattr(torch.ops, namespace), name, None), overload, None)
 
 
-def _collective(op) -> bool:
-    return isinstance(op, g.Extern) and op.op.startswith("_c10d_functional::")
-
-
 def render_program(plan: Plan, structure: tuple, name: str) -> str:
     graph = plan.graph
     combos = {c.name: (i, c) for i, c in enumerate(plan.combos)}
@@ -194,7 +190,7 @@ def render_program(plan: Plan, structure: tuple, name: str) -> str:
                            | ({"in_strides"} if restride else set())),
         weights=[i.name for i in graph.inputs if i.kind == "weight"],
         placed=PLACED,
-        group=GROUP if any(_collective(op) for op in plan.ops) else None,
+        group=GROUP if any(g.is_collective(op) for op in plan.ops) else None,
         body=[_op_line(op, combos, placed, roots, restride) for op in plan.ops]
         + [f"{name}.copy_({graph.outputs[i]})" for name, i in graph.mutations],
         result=_structure_expr(structure, iter(graph.user_outputs)),

@@ -38,7 +38,7 @@ class Entry:
     dim: int | None = None
 
 
-def default_plan(model: nn.Module) -> dict[str, str]:
+def default_plan(model: nn.Module) -> dict[str, object]:
     """The plan for Llama-style blocks: attention's q/k/v and the MLP's gate/up column-wise,
     attention's output and the MLP's down row-wise, the LM head column-wise with its logits
     gathered, and KV-cache buffers split by their heads (dim 1)."""
@@ -89,11 +89,9 @@ def _matches(pattern: str, name: str) -> bool:
 
 def _entry(name: str, style, module: nn.Module | None, tensor: torch.Tensor | None) -> Entry:
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     if module is not None:
-        kind = style if isinstance(style, str) else _style_kind(name, style, ColwiseParallel, RowwiseParallel,
-                                                                 Replicate, Shard)
+        kind = style if isinstance(style, str) else _style_kind(style)
         if kind not in (COLUMN, ROW, GATHERED):
             raise UsageError(f"tensor-parallel plan entry {name!r}: {style!r} is not a layer style aotcombo splits",
                              fix="use ColwiseParallel(), ColwiseParallel(output_layouts=Replicate()) or "
@@ -112,15 +110,18 @@ def _entry(name: str, style, module: nn.Module | None, tensor: torch.Tensor | No
                      f"not {style!r}", fix="map a tensor to Shard(dim) or Replicate(), a layer to a ParallelStyle")
 
 
-def _style_kind(name, style, colwise, rowwise, replicate, shard) -> str | None:
+def _style_kind(style) -> str | None:
     """A torch ParallelStyle as colwise, colwise_rep or rowwise; None for one aotcombo cannot split
     (sequence parallel, inputs or outputs laid out otherwise)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
     inputs, outputs = getattr(style, "input_layouts", None), getattr(style, "output_layouts", None)
-    if type(style) is colwise and inputs == (replicate(),):
-        if outputs == (shard(-1),):
+    if type(style) is ColwiseParallel and inputs == (Replicate(),):
+        if outputs == (Shard(-1),):
             return COLUMN
-        if outputs == (replicate(),):
+        if outputs == (Replicate(),):
             return GATHERED
-    if type(style) is rowwise and outputs == (replicate(),) and inputs == (shard(-1),):
+    if type(style) is RowwiseParallel and outputs == (Replicate(),) and inputs == (Shard(-1),):
         return ROW
     return None

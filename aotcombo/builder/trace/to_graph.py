@@ -11,7 +11,7 @@ import torch
 
 from ...errors import UnsupportedModelError
 from .. import graph as g
-from ..graph import ATTENTION
+from ..graph import ATTENTION, COLLECTIVES
 from .capture import is_int_expr, launch_marker
 from .collectives import PACKAGED
 from .diagnosis import node_where, target_name
@@ -321,7 +321,6 @@ def real_tensor(module: torch.nn.Module, dotted: str, constants: dict) -> torch.
         ) from None
 
 
-COLLECTIVES = "_c10d_functional"  # torch's functional collectives (a tensor-parallel build)
 PACKAGED_NAMESPACES = ("aten", "aotcombo", COLLECTIVES)  # torch's own ops; ours are lowered to kernels after the trace
 
 
