@@ -159,6 +159,9 @@ def _run_here(directory: Path) -> None:
     with torch.no_grad():
         outputs = forward(kernels, job["weights"], torch.device("cpu"), *job["inputs"])
     torch.save({"outputs": outputs, "inputs": job["inputs"], "weights": job["weights"]}, directory / "outputs.pt")
+    if job.get("world"):  # gloo's threads left running at exit abort the process ("terminate called ...")
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def run(program: str, combos: Sequence[tuple[str, str, int | None]], weights: Sequence[torch.Tensor],
