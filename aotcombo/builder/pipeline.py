@@ -104,7 +104,7 @@ def _inputs(build: Build) -> None:
     """The environment, the build cache, the example inputs per shape, the trace keys."""
     check_environment()
     build.cache = Cache.from_options(build.options.cache, warn=build.reporter.warning)
-    build.model = flatten_subclasses(build.model.eval())  # torchao's quantized weights: plain tensors
+    build.model = flatten_subclasses(build.model.eval(), build.options.archs)  # torchao's weights: plain tensors
     weights_policy.check_meta(build.model, build.options.weights)
     if getattr(build.options.shapes, "pad", False) and on_meta(build.model):
         raise UsageError("--pad checks padding by running the model on the CPU; a model with tensors on the meta "

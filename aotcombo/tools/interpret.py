@@ -99,6 +99,35 @@ def _interpretable_bfloat16() -> None:
     InterpreterBuilder.cast_impl = cast_impl
 
 
+def _interpretable_float8() -> None:
+    """Triton's interpreter rounds float32 to float8 by adding the first cut-off bit to the
+    mantissa (ties away from zero: 2.125 -> 2.25 in e4m3, not 2.0), its carry ORed into the
+    exponent (7.75 -> 4.0, not 8.0): float32 to float8_e4m3fn and e5m2 go through torch's
+    conversion instead, to nearest even, as the GPU's ``cvt`` (in-range values: Inductor's code
+    clamps first)."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
+
+    targets = {tl.float8e4nv: torch.float8_e4m3fn, tl.float8e5: torch.float8_e5m2}
+    original_cast, original_fp_to_fp = InterpreterBuilder.cast_impl, InterpreterBuilder.create_fp_to_fp
+
+    def to_float8(src, dst_type):
+        if dst_type.scalar not in targets or src.dtype.scalar != tl.float32:
+            return None
+        values = torch.from_numpy(np.ascontiguousarray(src.data, dtype=np.float32))
+        return TensorHandle(values.to(targets[dst_type.scalar]).view(torch.uint8).numpy(), dst_type.scalar)
+
+    def cast_impl(self, src, dst_type):
+        return to_float8(src, dst_type) or original_cast(self, src, dst_type)
+
+    def create_fp_to_fp(self, src, dst_type, rounding_mode):
+        return to_float8(src, dst_type) or original_fp_to_fp(self, src, dst_type, rounding_mode)
+
+    InterpreterBuilder.cast_impl = cast_impl
+    InterpreterBuilder.create_fp_to_fp = create_fp_to_fp
+
+
 def _interpretable_atomics() -> None:
     """Triton's interpreter hands an atomic's values to its C++ loop as the array it holds: a
     one-element value broadcast to the pointers (``tl.atomic_add(ptrs, tl.full([1], 1),
@@ -135,6 +164,7 @@ def _run_here(directory: Path) -> None:
 
     _interpretable_libdevice()
     _interpretable_bfloat16()
+    _interpretable_float8()
     _interpretable_atomics()
     _interpretable_grid_dependency()
     job = torch.load(directory / "job.pt", weights_only=False)

@@ -10,6 +10,8 @@ the model in float64, as for the other fused linears.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from torch import nn
@@ -39,7 +41,7 @@ class Int8Tensor(torch.Tensor):
         raise NotImplementedError(f"{func} on the stand-in")
 
 
-class Float8Tensor(Int8Tensor):
+class NF4Tensor(Int8Tensor):
     pass
 
 
@@ -79,15 +81,19 @@ def test_int8_weight_only_is_read_as_int8_bytes_and_scales(tmp_path):
 
 
 def test_another_subclass_is_refused_naming_it_and_the_layer():
-    model, _ = _mlp(Float8Tensor)
-    with pytest.raises(UnsupportedModelError, match=r"layer 0's weight is a .*Float8Tensor, a tensor subclass "
-                                                    r"aotcombo cannot read; aotcombo reads torchao's weight-only"):
+    model, _ = _mlp(NF4Tensor)
+    with pytest.raises(UnsupportedModelError, match=r"layer 0's weight is a .*NF4Tensor, a tensor subclass "
+                                                    r"aotcombo cannot read; aotcombo reads torchao's Int8Tensor"):
         subclasses.flatten(model)
 
 
-def test_activation_quantization_is_refused():
-    model, _ = _mlp(act_quant_kwargs={"granularity": "per_row"})
-    with pytest.raises(UnsupportedModelError, match="that quantizes the activations too"):
+def test_asymmetric_activation_quantization_is_refused():
+    """Int8DynamicActivationInt8WeightConfig's symmetric activations are read
+    (test_torchao_activations.py); asymmetric ones are refused, naming what is read."""
+    kwargs = SimpleNamespace(granularity=SimpleNamespace(), mapping_type=SimpleNamespace(name="ASYMMETRIC"))
+    model, _ = _mlp(act_quant_kwargs=kwargs)
+    with pytest.raises(UnsupportedModelError, match="layer 0's weight is a .*Int8Tensor quantizing the activations "
+                                                    "ASYMMETRIC SimpleNamespace; aotcombo reads SYMMETRIC"):
         subclasses.flatten(model)
 
 

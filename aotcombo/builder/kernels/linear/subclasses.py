@@ -8,8 +8,11 @@ and zero point per group or per channel). ``flatten`` gives a copy of the model 
 such linear is a ``FlattenedLinear`` over plain buffers ``<layer>.weight.qdata``, ``.scale``
 (and ``.zero_point``, in the scale's dtype, where not all zero) that dequantizes in torch ops,
 which ``quant_match`` reads like any hand-written int8 linear (a decode step's are kernels of
-ours). Any other subclass, or one that quantizes the activations too, is refused with an
-``UnsupportedModelError`` naming it and the layer. torchao is never imported: its tensors are
+ours). The dynamic-activation configs (``Int8DynamicActivationInt8WeightConfig``: an
+``Int8Tensor`` with ``act_quant_kwargs``; ``Float8DynamicActivationFloat8WeightConfig``: a
+``Float8Tensor``) become ``torchao_activation``'s linears, which quantize the activation per call
+and multiply with ``aten._int_mm`` or ``aten._scaled_mm``. Any other subclass is refused with
+an ``UnsupportedModelError`` naming it and the layer. torchao is never imported: its tensors are
 read through their attributes.
 """
 
@@ -22,11 +25,14 @@ from torch import nn
 from torch.nn import functional as F
 
 from ....errors import UnsupportedModelError
+from .torchao_activation import float8_dynamic, int8_dynamic
 
-SUPPORTED = ("torchao's weight-only Int8Tensor (Int8WeightOnlyConfig) and IntxUnpackedToInt8Tensor "
-             "(IntxWeightOnlyConfig) on an nn.Linear's weight")
-FIX = ("quantize the linears with torchao's Int8WeightOnlyConfig or IntxWeightOnlyConfig, or write the dequantize in "
-       "torch ops over int8 or packed int4 buffers and scales (sample_models/quantized_decode.py), or build the "
+SUPPORTED = ("torchao's Int8Tensor (Int8WeightOnlyConfig, Int8DynamicActivationInt8WeightConfig), "
+             "IntxUnpackedToInt8Tensor (IntxWeightOnlyConfig) and Float8Tensor "
+             "(Float8DynamicActivationFloat8WeightConfig) on an nn.Linear's weight")
+FIX = ("quantize the linears with torchao's Int8WeightOnlyConfig, IntxWeightOnlyConfig, "
+       "Int8DynamicActivationInt8WeightConfig or Float8DynamicActivationFloat8WeightConfig, or write the dequantize "
+       "in torch ops over int8 or packed int4 buffers and scales (sample_models/quantized_decode.py), or build the "
        "model unquantized")
 _ACTIVATIONS = {"Int8Tensor": "act_quant_kwargs", "IntxUnpackedToInt8Tensor": "activation_quantization"}
 
@@ -68,13 +74,18 @@ def _refuse(where: str, t, why: str):
                                 fix=FIX)
 
 
-def _flattened(layer: str, linear: nn.Linear, t) -> FlattenedLinear:
-    """The plain linear of an ``nn.Linear`` over a torchao weight-only subclass, or a refusal saying why not."""
+def _flattened(layer: str, linear: nn.Linear, t, archs) -> nn.Module:
+    """The plain linear of an ``nn.Linear`` over a torchao subclass, or a refusal saying why not."""
     where, kind = f"layer {layer}'s weight", type(t).__name__
+    if kind == "Float8Tensor":
+        return float8_dynamic(where, linear, t, archs)
     if kind not in _ACTIVATIONS:
         _refuse(where, t, "aotcombo cannot read")
+    if kind == "Int8Tensor" and t.act_quant_kwargs is not None:
+        return int8_dynamic(where, linear, t)
     if getattr(t, _ACTIVATIONS[kind], None) is not None:
-        _refuse(where, t, "that quantizes the activations too (a dynamic-activation config)")
+        _refuse(where, t, "that quantizes the activations too (a dynamic-activation config other than "
+                          "Int8DynamicActivationInt8WeightConfig)")
     qdata, scale, zero = (getattr(t, a, None) for a in ("qdata", "scale", "zero_point"))
     block = list(getattr(t, "block_size", []) or [])
     n, k = t.shape
@@ -87,9 +98,11 @@ def _flattened(layer: str, linear: nn.Linear, t) -> FlattenedLinear:
     return FlattenedLinear(qdata.detach(), scale.detach(), None if zero is None else zero.detach(), linear.bias)
 
 
-def flatten(model: nn.Module) -> nn.Module:
-    """``model``, or a copy of it whose linears over torchao's ``Int8Tensor`` are plain
-    (``FlattenedLinear``); refuses any other tensor subclass, naming it and its layer."""
+def flatten(model: nn.Module, archs=()) -> nn.Module:
+    """``model``, or a copy of it whose linears over torchao's subclasses are plain
+    (``FlattenedLinear``, ``Int8DynamicLinear``, ``Float8DynamicLinear``); refuses any other
+    tensor subclass, naming it and its layer, and float8 for ``archs`` (e.g. ``(80, 90)``) older
+    than sm_89."""
     replaced: dict = {}
     for layer, module in model.named_modules():
         for name, t in [*module._parameters.items(), *module._buffers.items()]:
@@ -97,7 +110,7 @@ def flatten(model: nn.Module) -> nn.Module:
                 continue
             if not (isinstance(module, nn.Linear) and name == "weight"):
                 _refuse(f"{f'{layer}.' if layer else ''}{name}", t, "outside an nn.Linear's weight")
-            replaced[id(module)] = _flattened(layer or "(the model)", module, t)
+            replaced[id(module)] = _flattened(layer or "(the model)", module, t, archs)
     if not replaced:
         return model
     if id(model) in replaced:
