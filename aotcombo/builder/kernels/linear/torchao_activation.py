@@ -50,7 +50,10 @@ def _scaled_mm_out_meta(self, mat2, scale_a, scale_b, bias=None, scale_result=No
     return out
 
 
-_ATEN_META.impl("_scaled_mm.out", _scaled_mm_out_meta, "Meta")
+try:
+    _ATEN_META.impl("_scaled_mm.out", _scaled_mm_out_meta, "Meta")
+except RuntimeError:  # a torch that has its own (registering a second one is an error)
+    pass
 _INT8_FIX = ("quantize with Int8DynamicActivationInt8WeightConfig() as it comes (symmetric, per-row or per-tensor "
              "activation scales computed per call), or with Int8WeightOnlyConfig, or build the model unquantized")
 _FP8_FIX = ("quantize with Float8DynamicActivationFloat8WeightConfig() (per tensor) or granularity=PerRow(), "
