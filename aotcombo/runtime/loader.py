@@ -100,6 +100,7 @@ class Loaded(NamedTuple):
     specs: list[InputSpec]
     ranges: dict | None = None  # each dynamic axis's (min, max)
     collectives: bool = False  # tensor parallel: its forward runs collectives with the other ranks
+    prepare: object = None  # the program's work on the weights alone, run once per load
 
 
 class _Device(NamedTuple):
@@ -128,6 +129,10 @@ class Model:
         self.context, self.kernels, self._forward = loaded.context, loaded.kernels, loaded.forward
         self.collectives = loaded.collectives
         self._index, self._bound, self._static = self.device.index, {}, None
+        if loaded.prepare is not None:  # what depends on the weights alone, computed once, here
+            stream = cuda.current_stream(self._index)
+            self.weights = self._in_context(loaded.prepare, self._bind(stream), self.weights)
+            torch.cuda.current_stream(self.device).synchronize()  # ready for a call on any stream
         self.names = [s.name for s in self.specs]
 
     def __call__(self, *inputs, **named):
@@ -157,12 +162,16 @@ class Model:
         if kernels is None:
             kernels = self._bind(stream)
         placed = {PLACED: out} if out is not None else {}
-        previous = cuda.current_context()
-        if previous == self.context:
+        if cuda.current_context() == self.context:
             return self._forward(kernels, self.weights, self.device, *inputs, **placed)
+        return self._in_context(self._forward, kernels, self.weights, *inputs, **placed)
+
+    def _in_context(self, program_function, kernels: list, weights: list, *inputs, **named):
+        """``program_function`` (forward, or prepare) in the device's context."""
+        previous = cuda.current_context()
         cuda.set_current_context(self.context)
         try:
-            return self._forward(kernels, self.weights, self.device, *inputs, **placed)
+            return program_function(kernels, weights, self.device, *inputs, **named)
         finally:
             cuda.set_current_context(previous)
 
@@ -333,7 +342,8 @@ class Package:
         forward = program.forward if m.world_size == 1 else \
             functools.partial(program.forward, **{GROUP: parallel.group_name()})  # its collectives' group
         return Loaded(name, dev.variant, dev.device, dev.context, forward, kernels,
-                      [InputSpec.of(i) for i in shape.inputs], ranges, m.world_size > 1)
+                      [InputSpec.of(i) for i in shape.inputs], ranges, m.world_size > 1,
+                      getattr(program, "prepare", None))
 
     def _kernel(self, k: ComboKernel, dev: _Device):
         """A kernel of the variant, its image loaded once per device into the current context."""

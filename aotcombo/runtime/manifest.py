@@ -191,9 +191,15 @@ class Step:
 
 @dataclass(frozen=True)
 class Stats:
-    kernels: int  # Inductor kernels
-    combos: int  # combo launches
+    """Per call: Inductor's kernels (and ours), the combo launches they make, the extern calls.
+    At load (``prepare``: the work on the weights alone): its launches, and the bytes of the
+    results forward reads, which stay on the GPU."""
+
+    kernels: int
+    combos: int
     extern_calls: int
+    load_launches: int = 0
+    load_bytes: int = 0
 
     @property
     def launches_per_forward(self) -> int:

@@ -175,7 +175,8 @@ def _run_here(directory: Path) -> None:
             kernels.append(lambda grid, *args, fn=fn: fn[(grid, 1, 1)](*args))
         else:
             kernels.append(lambda *args, fn=fn, grid=grid: fn[(grid, 1, 1)](*args))
-    forward = load_program(job["program"], "program").forward
+    program = load_program(job["program"], "program")
+    forward, weights = program.forward, job["weights"]
     if job.get("world"):  # one rank of a tensor-parallel program: its collectives over gloo, on the CPU
         import functools
 
@@ -187,7 +188,9 @@ def _run_here(directory: Path) -> None:
                                 world_size=job["world"])
         forward = functools.partial(forward, **{GROUP: dist.group.WORLD.group_name})
     with torch.no_grad():
-        outputs = forward(kernels, job["weights"], torch.device("cpu"), *job["inputs"])
+        if hasattr(program, "prepare"):  # the work on the weights alone, as at load
+            weights = program.prepare(kernels, weights, torch.device("cpu"))
+        outputs = forward(kernels, weights, torch.device("cpu"), *job["inputs"])
     torch.save({"outputs": outputs, "inputs": job["inputs"], "weights": job["weights"]}, directory / "outputs.pt")
     if job.get("world"):  # gloo's threads left running at exit abort the process ("terminate called ...")
         dist.barrier()

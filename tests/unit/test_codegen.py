@@ -171,7 +171,8 @@ def test_installed_copy_finds_its_templates(tmp_path):
     probe = (
         "import aotcombo.builder.codegen.render as c, sys; "
         "print(c.__file__); print(c.templates_dir()); print(len(c.render('program.py.j2', name='x', version='0', "
-        "n_launches=0, n_externs=0, inputs=['a'], weights=[], body=[], result='a', runtime_ops=[], placed='out', "
+        "n_launches=0, n_externs=0, inputs=['a'], weights=[], forward_weights=[], prepare=[], load=None, body=[], "
+        "result='a', runtime_ops=[], placed='out', "
         "ordered_dict=False, group=None))); import aotcombo.builder.compile.native as n; "
         "print(all(p.is_file() for p in n.SOURCES.values()))"
     )

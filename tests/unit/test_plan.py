@@ -7,7 +7,8 @@ import pytest
 from aotcombo.builder.plan import blocks
 
 from aotcombo.builder import graph as g
-from aotcombo.builder.plan.combos import LARGE_POINTWISE, MAX_ARGS, dependencies, levels, make_plan
+from aotcombo.builder.plan.combos import LARGE_POINTWISE, MAX_ARGS, make_plan
+from aotcombo.builder.plan.dependencies import dependencies, levels
 from aotcombo.errors import UnsupportedModelError
 from aotcombo.testing.graphs import F32, Builder, pointwise, reduction, spec
 
@@ -107,7 +108,7 @@ def test_views_alias_their_base():
 def test_argument_limit_splits_combos():
     b = Builder()
     outs = [b.launch(pointwise(f"k{i}", inputs=3, outputs=2), [b.input(), b.input(), b.input()]) for i in range(60)]
-    plan = make_plan(b.graph(outs))
+    plan = make_plan(b.graph([o for pair in outs for o in pair]))
     assert len(plan.combos) > 1
     assert all(len(c.params) <= MAX_ARGS for c in plan.combos)
     assert sum(len(c.subs) for c in plan.combos) == 60

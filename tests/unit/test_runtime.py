@@ -683,6 +683,32 @@ def test_fake_model_run(fake, monkeypatch):
     assert model(x)[0] == 0x1001 and cuda.current_context() == 0x1001
 
 
+def test_prepare_runs_once_at_load_and_forward_reads_its_results(fake, monkeypatch):
+    """A program with work on the weights alone: ``prepare`` runs once, when the model is made,
+    in the model's context; every call's forward gets what it returned."""
+    monkeypatch.setattr(cuda, "current_stream", lambda index: 0x10)
+    seen = []
+
+    def prepare(kernels, weights, device):
+        seen.append(cuda.current_context())
+        kernels[0](weights[0], weights[0])
+        return [weights[0] * 2]
+
+    def forward(kernels, weights, device, x):
+        kernels[0](x, weights[0])
+        return weights[0]
+
+    kernel = cuda.LoadedKernel(0x3007, (1, 1, 1), 1, 0, ["ptr", "ptr"], device="cpu")
+    specs = manifests.specs({"name": "x", "shape": [2], "stride": [1], "dtype": "float32", "align": 16})
+    loaded = Loaded("m", "sm_90", torch.device("cuda", 1), 0x1001, forward, [kernel], specs, prepare=prepare)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: SimpleNamespace(synchronize=lambda: None))
+    model = Model(loaded, [torch.ones(2)], State({}, {}), False)
+    assert seen == [0x1001] and fake.count("launches") == 1 and cuda.current_context() == 0
+    for _ in range(3):
+        assert torch.equal(model(torch.ones(2)), torch.full((2,), 2.0))
+    assert seen == [0x1001] and fake.count("launches") == 4
+
+
 def test_fake_model_guards(fake, monkeypatch):
     monkeypatch.setattr(cuda, "current_stream", lambda index: 0x10)
     with pytest.raises(ValueError, match=r"input 0 \('x'\): expected device cuda:1, got cpu"):

@@ -59,7 +59,8 @@ def check_on_meta(program: str, graph: g.Graph, label: str) -> None:
     sizes = {a.name: max(2, a.min) for a in graph.dynamic.axes} if graph.dynamic is not None else None
     weights = [_meta(i.spec, sizes) for i in graph.inputs if i.kind == "weight"]
     inputs = [_meta(i.spec, sizes) for i in sorted((i for i in graph.inputs if i.kind == "user"), key=lambda i: i.key)]
-    forward = load_program(program, label).forward
+    module = load_program(program, label)
+    forward = module.forward
     if any(g.is_collective(op) for op in graph.ops):
         forward = functools.partial(forward, **{GROUP: group_name()})  # the trace's process group
 
@@ -69,6 +70,8 @@ def check_on_meta(program: str, graph: g.Graph, label: str) -> None:
 
     try:
         with torch.no_grad():
+            if hasattr(module, "prepare"):  # the work on the weights alone, at load
+                weights = module.prepare(NoKernels(), weights, torch.device("meta"))
             forward(NoKernels(), weights, torch.device("meta"), *inputs)
     except Exception as exc:  # noqa: BLE001 - any failure is one a GPU would meet too
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == f"<aotcombo:{label}>"]

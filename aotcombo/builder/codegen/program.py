@@ -183,15 +183,19 @@ def render_program(plan: Plan, structure: tuple, name: str) -> str:
         "program.py.j2",
         name=name,
         version=__version__,
-        n_launches=len(plan.combos),
+        n_launches=len(plan.call_combos),
         n_externs=plan.extern_calls,
         inputs=[i.name for i in sorted((i for i in graph.inputs if i.kind == "user"), key=lambda i: i.key)],
         runtime_ops=sorted({_op_call(op.op) for op in plan.ops if isinstance(op, g.Extern) and op.op == ATTENTION}
                            | ({"in_strides"} if restride else set())),
         weights=[i.name for i in graph.inputs if i.kind == "weight"],
+        forward_weights=list(plan.load.forward_weights) if plan.load else [i.name for i in graph.inputs
+                                                                           if i.kind == "weight"],
         placed=PLACED,
         group=GROUP if any(g.is_collective(op) for op in plan.ops) else None,
-        body=[_op_line(op, combos, placed, roots, restride) for op in plan.ops]
+        prepare=[_op_line(op, combos, placed, roots, restride) for op in plan.load_ops],
+        load=plan.load,
+        body=[_op_line(op, combos, placed, roots, restride) for op in plan.call_ops]
         + [f"{name}.copy_({graph.outputs[i]})" for name, i in graph.mutations],
         result=_structure_expr(structure, iter(graph.user_outputs)),
         ordered_dict="ordered_dict" in _kinds(structure),

@@ -68,7 +68,9 @@ class _Files:
 
 
 def stats(plan: Plan) -> m.Stats:
-    return m.Stats(kernels=plan.kernel_launches, combos=len(plan.combos), extern_calls=plan.extern_calls)
+    load = plan.load
+    return m.Stats(kernels=plan.kernel_launches, combos=len(plan.call_combos), extern_calls=plan.extern_calls,
+                   load_launches=load.launches if load else 0, load_bytes=load.held_bytes if load else 0)
 
 
 def _kernel(combo, binary, image: str, sha256: str) -> m.ComboKernel:
@@ -85,7 +87,7 @@ def _kernel(combo, binary, image: str, sha256: str) -> m.ComboKernel:
 
 def _schedule(plan: Plan) -> tuple[m.Step, ...]:
     steps = []
-    for op, level in zip(plan.ops, plan.levels):
+    for op, level in zip(plan.call_ops, plan.levels[len(plan.load_ops):]):
         if isinstance(op, ComboLaunch):
             steps.append(m.Step("combo", op.combo, level))
         elif isinstance(op, g.Extern):

@@ -1,7 +1,8 @@
 """Plan: group mutually independent kernels into combo kernels.
 
-The traced program is a list of ops over named values. We build its
-dependency graph on *storage* (a view writes what its base holds), give every
+The traced program is a list of ops over named values. The work on the weights
+alone is planned apart, to run once at load (``at_load``). We build the
+dependency graph on *storage* (``dependencies``: a view writes what its base holds), give every
 op its ASAP level (longest path from the inputs, where only device ops, kernel
 launches and extern calls, add to a path's length: host-side allocations, views
 and sizes cost nothing), and combine the kernel launches of one level: two
@@ -12,8 +13,8 @@ launches are split the way Inductor's combo partition does
 very large pointwise kernels alone, and never more than ``MAX_ARGS`` distinct
 pointers per combo.
 
-The plan's program is the traced one, reordered level by level, with each
-group of launches replaced by one ``ComboLaunch``.
+The plan's program is the traced one, reordered level by level (the load's ops first), with
+each group of launches replaced by one ``ComboLaunch``.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from ...runtime.manifest import ITEMSIZE
-from . import blocks as blocks_mod
+from . import at_load as at_load_mod, blocks as blocks_mod
+from .dependencies import graph_levels
 from .. import graph as g
 from ..inputs.options import DISPATCHES
 
@@ -76,176 +77,51 @@ class ComboLaunch:
 
 @dataclass(frozen=True)
 class Plan:
+    """The program's ops in order: the first ``load.ops`` run once at load (``prepare``, on the
+    weights alone; ``at_load.py``) with the first ``load.combos`` combos, the rest per call."""
+
     graph: g.Graph
     ops: tuple  # g.Op (except Launch) | ComboLaunch
     combos: tuple[Combo, ...]
     levels: tuple[int, ...]  # each op's dependency level
+    load: LoadPart | None = None
 
     def combo(self, name: str) -> Combo:
         return next(c for c in self.combos if c.name == name)
 
     @property
+    def load_ops(self) -> tuple:
+        return self.ops[:self.load.ops] if self.load else ()
+
+    @property
+    def call_ops(self) -> tuple:
+        return self.ops[self.load.ops:] if self.load else self.ops
+
+    @property
+    def call_combos(self) -> tuple[Combo, ...]:
+        return self.combos[self.load.combos:] if self.load else self.combos
+
+    @property
     def kernel_launches(self) -> int:
-        return sum(isinstance(op, g.Launch) for op in self.graph.ops)
+        """Inductor's kernels (and ours) launched per call, before combining."""
+        return sum(len(c.subs) for c in self.call_combos)
 
     @property
     def extern_calls(self) -> int:
-        return sum(isinstance(op, g.Extern) for op in self.ops)
-
-
-# --- dependencies ----------------------------------------------------------------
-
-
-def reads_writes(op, graph: g.Graph) -> tuple[list[str], list[str]]:
-    """Values an op reads and writes (before resolving views to storage)."""
-    if isinstance(op, g.Launch):
-        kernel = graph.kernel(op.kernel)
-        reads, writes = [], []
-        for param, _, arg in kernel.bind(op.args):
-            if not isinstance(arg, g.Ref):
-                continue
-            written = param.startswith(("out_ptr", "in_out_ptr")) or param in kernel.mutated
-            (writes if written else reads).append(arg.name)
-            if param.startswith("in_out_ptr"):
-                reads.append(arg.name)
-        return reads, writes
-    if isinstance(op, g.Extern):
-        refs = g.refs_in(op.args) + g.refs_in([v for _, v in op.kwargs])
-        return refs, list(op.writes) + ([op.out] if op.out else [])
-    if isinstance(op, g.View):  # an alias of its base's storage: it touches no data
-        return [], []
-    if isinstance(op, g.GetItem):
-        return [op.base], [op.out]
-    if isinstance(op, g.Alloc):
-        return g.refs_in((op.spec.shape, op.spec.stride)), [op.out]
-    if isinstance(op, g.Scalar):
-        return g.refs_in(op.args), [op.out]
-    raise TypeError(op)
-
-
-def storage_roots(graph: g.Graph) -> dict[str, str]:
-    """Map every value to the value that owns its storage."""
-    root: dict[str, str] = {i.name: i.name for i in graph.inputs}
-    for op in graph.ops:
-        if isinstance(op, g.View):
-            root[op.out] = root.get(op.base, op.base)
-        elif isinstance(op, g.Extern) and op.out:
-            root[op.out] = root.get(op.aliases[0], op.aliases[0]) if op.aliases else op.out
-        elif isinstance(op, (g.Alloc, g.GetItem, g.Scalar)):
-            root[op.out] = op.out
-    return root
+        return sum(isinstance(op, g.Extern) for op in self.call_ops)
 
 
 @dataclass(frozen=True)
-class Footprint:
-    """Where a view's elements lie in its storage: the bytes ``[start, end)``, and, when every
-    stride but a unit one is a multiple of ``pitch`` bytes, the bytes ``[first, last)`` of each
-    pitch-long row it touches (a column block of a ``torch.cat`` buffer); else ``pitch`` 0."""
+class LoadPart:
+    """What ``prepare`` does at load: its leading ops and combos, the weights forward then takes
+    (the graph's it still reads, then prepared values), and the bytes those values hold."""
 
-    start: int
-    end: int
-    pitch: int = 0
-    first: int = 0
-    last: int = 0
-
-    def overlaps(self, other: Footprint) -> bool:
-        if self.end <= other.start or other.end <= self.start:
-            return False
-        if self.pitch and self.pitch == other.pitch:
-            return self.first < other.last and other.first < self.last
-        return True
-
-
-def footprints(graph: g.Graph) -> dict[str, Footprint]:
-    """The footprint of each view whose shape, strides and offset are numbers (a dynamic
-    batch's are not: such a view covers its whole storage)."""
-    found = {}
-    for op in graph.ops:
-        if not isinstance(op, g.View):
-            continue
-        spec = op.spec
-        size = ITEMSIZE.get(spec.dtype)
-        if size is None or not all(isinstance(n, int) for n in (*spec.shape, *spec.stride, spec.storage_offset)):
-            continue
-        if any(n == 0 for n in spec.shape):
-            found[op.out] = Footprint(0, 0)
-            continue
-        start = spec.storage_offset * size
-        end = start + (sum((n - 1) * st for n, st in zip(spec.shape, spec.stride)) + 1) * size
-        rows = [st for n, st in zip(spec.shape, spec.stride) if n > 1 and st != 1]
-        inner = [n for n, st in zip(spec.shape, spec.stride) if n > 1 and st == 1]
-        pitch = min(rows) if rows else 0
-        if pitch and len(inner) <= 1 and all(st % pitch == 0 for st in rows):
-            width = inner[0] if inner else 1
-            first = spec.storage_offset % pitch
-            if first + width <= pitch:
-                found[op.out] = Footprint(start, end, pitch * size, first * size, (first + width) * size)
-                continue
-        found[op.out] = Footprint(start, end)
-    return found
-
-
-def dependencies(graph: g.Graph) -> list[set[int]]:
-    """For each op, the indices of the ops it must follow (RAW, WAR, WAW on storage). Two
-    accesses through views of one storage whose bytes do not overlap (the slices of a
-    ``torch.cat`` or ``stack`` buffer each kernel writes) do not order each other."""
-    root, ranges = storage_roots(graph), footprints(graph)
-    writers: dict[str, list] = defaultdict(list)  # root -> [(Footprint, or None: all of it; op index)]
-    readers: dict[str, list] = defaultdict(list)
-    deps: list[set[int]] = []
-
-    def overlapping(accesses, span):
-        return [i for other, i in accesses if span is None or other is None or span.overlaps(other)]
-
-    defined: dict[str, int] = {}  # name -> the op that makes it (an allocation, view, extern output)
-    for i, op in enumerate(graph.ops):
-        reads, writes = reads_writes(op, graph)
-        used = [op.base] if isinstance(op, (g.View, g.GetItem)) else reads + writes
-        mine: set[int] = {defined[name] for name in used if name in defined}
-        for name in reads:
-            mine.update(overlapping(writers[root.get(name, name)], ranges.get(name)))
-        for name in writes:
-            r, span = root.get(name, name), ranges.get(name)
-            mine.update(overlapping(writers[r], span))
-            mine.update(overlapping(readers[r], span))
-        for name in reads:
-            readers[root.get(name, name)].append((ranges.get(name), i))
-        for name in writes:
-            r, span = root.get(name, name), ranges.get(name)
-            if span is None:  # the whole storage: it orders everything after it
-                writers[r], readers[r] = [], []
-            writers[r].append((span, i))
-        out = getattr(op, "out", None)
-        if out is not None:
-            defined[out] = i
-        mine.discard(i)
-        deps.append(mine)
-    return deps
-
-
-def levels(deps: list[set[int]], costs: list[int] | None = None) -> list[int]:
-    """Each op's level: the longest path to it from the inputs, where an edge out of op ``d``
-    weighs ``costs[d]`` (default 1). Two ops whose levels are equal have no path between
-    them through an edge of weight 1."""
-    level: list[int] = []
-    for mine in deps:
-        level.append(max((level[d] + (1 if costs is None else costs[d]) for d in mine), default=0))
-    return level
-
-
-def device_costs(graph: g.Graph) -> list[int]:
-    """1 for the ops that run on the device (kernel launches, extern calls), 0 for host-side
-    bookkeeping (allocations, views, getitems, sizes of a dynamic batch)."""
-    return [1 if isinstance(op, (g.Launch, g.Extern)) else 0 for op in graph.ops]
-
-
-def graph_levels(graph: g.Graph) -> list[int]:
-    """The levels the plan combines by: only device ops count along a path, so a kernel
-    whose buffer is allocated from a dynamic batch's size (``Scalar`` -> ``Alloc`` -> launch)
-    lands on the same level as one whose buffer is static. Host ops cost nothing on the GPU,
-    so this is the ASAP schedule of the device work; any two launches on one level still have
-    no dependency path between them, since every path leaving a launch costs 1."""
-    return levels(dependencies(graph), device_costs(graph))
+    ops: int
+    combos: int
+    forward_weights: tuple[str, ...]
+    prepared: tuple[str, ...]
+    held_bytes: int
+    launches: int  # kernels (before combining) and extern calls it runs
 
 
 # --- partition --------------------------------------------------------------------
@@ -305,13 +181,31 @@ def choose_dispatch(subs: list[SubKernel], requested: str) -> str:
     return "sequential"
 
 
-def make_plan(graph: g.Graph, dispatch: str = "sequential", combine: bool = True, max_args: int = MAX_ARGS) -> Plan:
+def make_plan(graph: g.Graph, dispatch: str = "sequential", combine: bool = True, max_args: int = MAX_ARGS,
+              at_load: bool = True) -> Plan:
     """Reorder ``graph`` by levels and group each level's launches into combos.
 
     ``combine=False`` keeps one launch per kernel (still through the combo
-    template), which is what tests compare against."""
+    template), which is what tests compare against. ``at_load``: the work on the weights
+    alone runs once at load, planned apart (its combos never hold a per-call kernel)."""
     if dispatch not in DISPATCHES:
         raise ValueError(f"dispatch must be one of {DISPATCHES}, not {dispatch!r}")
+    part = at_load_mod.split(graph) if at_load else None
+    if part is None or not part.at_load:
+        ops, levels_, combos = _planned(graph, dispatch, combine, max_args, 0)
+        return Plan(graph=graph, ops=tuple(ops), combos=tuple(combos), levels=tuple(levels_))
+    load_graph = g.replace(graph, ops=tuple(op for i, op in enumerate(graph.ops) if i in part.at_load))
+    call_graph = g.replace(graph, ops=tuple(op for i, op in enumerate(graph.ops) if i not in part.at_load))
+    load_ops, load_levels, load_combos = _planned(load_graph, dispatch, combine, max_args, 0)
+    call_ops, call_levels, call_combos = _planned(call_graph, dispatch, combine, max_args, len(load_combos))
+    launches = sum(isinstance(op, (g.Launch, g.Extern)) for op in load_graph.ops)
+    load = LoadPart(len(load_ops), len(load_combos), part.forward_weights, part.prepared, part.held_bytes, launches)
+    return Plan(graph=graph, ops=tuple(load_ops + call_ops), combos=tuple(load_combos + call_combos),
+                levels=tuple(load_levels + call_levels), load=load)
+
+
+def _planned(graph: g.Graph, dispatch: str, combine: bool, max_args: int, first: int) -> tuple[list, list, list]:
+    """``graph``'s ops by level, launches grouped into combos numbered from ``first``."""
     level = graph_levels(graph)
     by_level: dict[int, list[int]] = defaultdict(list)
     for i, lv in enumerate(level):
@@ -334,7 +228,7 @@ def make_plan(graph: g.Graph, dispatch: str = "sequential", combine: bool = True
         for members in groups:
             params = tuple(dict.fromkeys(n for s in members for n in _pointer_args(s)))
             combo = Combo(
-                name=f"combo_{len(combos)}",
+                name=f"combo_{first + len(combos)}",
                 subs=tuple(members),
                 dispatch=choose_dispatch(members, dispatch),
                 params=params,
@@ -343,4 +237,4 @@ def make_plan(graph: g.Graph, dispatch: str = "sequential", combine: bool = True
             combos.append(combo)
             ops.append(ComboLaunch(combo.name, tuple(g.Ref(p) for p in params)))
             op_levels.append(lv)
-    return Plan(graph=graph, ops=tuple(ops), combos=tuple(combos), levels=tuple(op_levels))
+    return ops, op_levels, combos

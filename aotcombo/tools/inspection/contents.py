@@ -57,6 +57,9 @@ def inspect_package(target: str | Path) -> dict:
                   "launches_uncombined": stats.launches_uncombined},
         "variants": variants,
         "shapes": dataclasses.asdict(manifest.shapes),
+        # per input shape: the launches its prepare runs at load and the bytes their results hold
+        "at_load": [{"batch": s.batch, "launches": s.variants["ptx"].stats.load_launches,
+                     "bytes": s.variants["ptx"].stats.load_bytes} for s in manifest.specializations],
     }
 
 

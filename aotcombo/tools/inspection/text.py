@@ -27,6 +27,7 @@ def format_text(info: dict, arch: str | None = None) -> str:
         (f"launches per forward: {s.get('launches_per_forward')} = {plural(s.get('combos'), 'combo kernel')} + "
          f"{plural(s.get('extern_calls'), 'extern call')}; un-combined: {s.get('launches_uncombined')} = "
          f"{plural(s.get('kernels'), 'kernel')} + {plural(s.get('extern_calls'), 'extern call')}"),
+        *_at_load_line(info.get("at_load") or [], info["shapes"]),
     ]
     if info["extern_ops"]:
         lines.append("extern ops: " + ", ".join(info["extern_ops"]))
@@ -63,6 +64,19 @@ def format_text(info: dict, arch: str | None = None) -> str:
             if c["name"] not in listed:
                 lines.append(_combo_line(c, rank.get(c["level"], "")))
     return "\n".join(lines) + "\n"
+
+
+def _at_load_line(at_load: list[dict], shapes: dict) -> list[str]:
+    """The work on the weights alone that runs once at load, and the GPU memory its results hold."""
+    done = [a for a in at_load if a["launches"]]
+    if not done:
+        return []
+    axis = shapes.get("axis", "batch")
+    held = ", ".join(f"{axis} {a['batch']}: {_mb(a['bytes'])}" for a in done) if len(done) > 1 \
+        else _mb(done[0]["bytes"])
+    n = max(a["launches"] for a in done)
+    return [f"at load: {n} launch{'es' if n != 1 else ''} on the weights alone "
+            f"(layouts, casts, concatenations), run once; their results stay on the GPU ({held})"]
 
 
 def _shapes_line(shapes: dict) -> list[str]:
