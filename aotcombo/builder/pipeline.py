@@ -65,7 +65,7 @@ class BuildResult:
     def summary(self) -> dict:
         s = stats(self.variants[0].plan)
         return {"kernels": s.kernels, "combos": s.combos, "extern_calls": s.extern_calls,
-                "launches_per_forward": s.launches_per_forward}
+                "launches_per_forward": s.launches_per_forward, "load_launches": s.load_launches}
 
 
 @dataclass

@@ -80,6 +80,8 @@ def _build(args, reporter) -> int:
         f"{count(s['combos'], 'combo launch', 'combo launches')} + "
         f"{count(s['extern_calls'], 'extern call', 'extern calls')} = "
         f"{count(s['launches_per_forward'], 'launch', 'launches')} per forward"
+        + (f"; {count(s['load_launches'], 'launch', 'launches')} on the weights alone once at load"
+           if s["load_launches"] else "")
     )
     if c["enabled"]:
         reporter.detail(f"build cache {c['dir']}: traces {c['traces_cached']}/{c['traces']} cached, kernels "
