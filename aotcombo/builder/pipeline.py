@@ -26,7 +26,7 @@ from ..runtime.manifest import Dynamic, Manifest
 from . import kernels
 from .cache.store import Cache
 from .codegen.check import check_on_meta
-from .codegen.combo import PDL_MIN_ARCH, render_combo
+from .codegen.combo import PDL_MIN_ARCH, early_launches, render_combo
 from .codegen.program import render_program
 from .compile.jobs import Jobs, label
 from .compile.scheduler import Scheduler, default_jobs
@@ -144,8 +144,9 @@ def _variants(build: Build) -> None:
         if program not in build.checked:
             check_on_meta(program, plan.graph, f"{options.name}_b{batch}_sm{arch}")
             build.checked.add(program)
-        pdl = options.pdl and arch >= PDL_MIN_ARCH
-        variant = VariantBuild(arch, batch, plan, program, {c.name: render_combo(c, pdl=pdl) for c in plan.combos},
+        early = early_launches(plan) if options.pdl and arch >= PDL_MIN_ARCH else set()
+        variant = VariantBuild(arch, batch, plan, program,
+                               {c.name: render_combo(c, pdl=c.name in early) for c in plan.combos},
                                trace_cached=traced.cached)
         build.variants.append(variant)
         build.jobs.add(variant)

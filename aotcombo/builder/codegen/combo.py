@@ -8,13 +8,30 @@ import math
 
 from ...errors import UnsupportedModelError
 from .. import graph as g
-from ..plan.combos import Combo, SubKernel
+from ..plan.combos import Combo, ComboLaunch, Plan, SubKernel
 from ..trace.config import KERNEL_PRELUDE
 from ..trace.kernel_text import as_helper
 from .render import render
 
 PDL_MIN_ARCH = 90  # griddepcontrol (programmatic dependent launch): Hopper and later
 _PDL_CALLS = ("tl.extra.cuda.gdc_wait()", "tl.extra.cuda.gdc_launch_dependents()")
+
+
+def early_launches(plan: Plan) -> set[str]:
+    """The combos that may launch early (PDL): all but those right after a collective. After a
+    collective the stream waits on an event of NCCL's stream, not on a kernel: launching early
+    gains nothing there, and the dependency that matters is that wait, not the kernel before."""
+    early, after_collective = set(), False
+    for op in plan.ops:
+        if isinstance(op, ComboLaunch):
+            if not after_collective:
+                early.add(op.combo)
+            after_collective = False
+        elif g.is_collective(op):
+            after_collective = True
+        elif isinstance(op, g.Extern):
+            after_collective = False
+    return early
 
 
 def helper_source(sub: SubKernel) -> str:
