@@ -101,6 +101,7 @@ class Loaded(NamedTuple):
     ranges: dict | None = None  # each dynamic axis's (min, max)
     collectives: bool = False  # tensor parallel: its forward runs collectives with the other ranks
     prepare: object = None  # the program's work on the weights alone, run once per load
+    prepare_key: str | None = None  # equal for buckets whose prepare is the same
 
 
 class _Device(NamedTuple):
@@ -119,7 +120,8 @@ class Model:
     ``run(inputs)`` runs the forward on inputs known to be right. ``weights``: the program's,
     in its order; ``state``: the buffers among them that forward updates (state.py)."""
 
-    def __init__(self, loaded: Loaded, weights: list, state: State, check_inputs: bool = True):
+    def __init__(self, loaded: Loaded, weights: list, state: State, check_inputs: bool = True,
+                 prepared: dict | None = None):
         self.name, self.variant, self.device, self.weights = loaded.name, loaded.variant, loaded.device, weights
         self.specs, self.ranges, self.state_buffers = loaded.specs, loaded.ranges, state
         self.mutated = tuple(i for i, s in enumerate(self.specs) if s.mutated)
@@ -129,10 +131,14 @@ class Model:
         self.context, self.kernels, self._forward = loaded.context, loaded.kernels, loaded.forward
         self.collectives = loaded.collectives
         self._index, self._bound, self._static = self.device.index, {}, None
-        if loaded.prepare is not None:  # what depends on the weights alone, computed once, here
-            stream = cuda.current_stream(self._index)
-            self.weights = self._in_context(loaded.prepare, self._bind(stream), self.weights)
-            torch.cuda.current_stream(self.device).synchronize()  # ready for a call on any stream
+        if loaded.prepare is not None:  # what depends on the weights alone, computed once per load
+            if prepared is None or loaded.prepare_key is None:
+                prepared = {}  # else shared by the buckets of one load
+            if loaded.prepare_key not in prepared:
+                stream = cuda.current_stream(self._index)
+                prepared[loaded.prepare_key] = self._in_context(loaded.prepare, self._bind(stream), self.weights)
+                torch.cuda.current_stream(self.device).synchronize()  # ready for a call on any stream
+            self.weights = prepared[loaded.prepare_key]
         self.names = [s.name for s in self.specs]
 
     def __call__(self, *inputs, **named):
@@ -270,20 +276,20 @@ class Package:
         dev = self._device(index, rank)
         weights, held = weights_for_load(self.manifest, dev.weights, dev.device, weights, state, rank)
         if isinstance(shapes, Buckets):
-            names = [i.name for i in self.manifest.inputs]
+            names, prepared = [i.name for i in self.manifest.inputs], {}
             return BucketedModel(self.manifest.name, dev.device,
                                  lambda size: self._model(index, size, graphs, copy_outputs, check_inputs, weights,
-                                                          held), shapes, names, held)
+                                                          held, prepared), shapes, names, held)
         return self._model(index, None, graphs, copy_outputs, check_inputs, weights, held)
 
     def _model(self, index: int, bucket: int | None, graphs: bool | None, copy_outputs: bool, check_inputs: bool,
-               weights: list, state: State):
+               weights: list, state: State, prepared: dict | None = None):
         """The model of one input shape on a device: op by op when ``graphs`` is False, else in
         graph mode (``graphs=True``: a failed capture raises; None: it falls back to op by op)."""
         with self._lock:
             if (index, bucket) not in self._loaded:
                 self._loaded[index, bucket] = self._load(index, bucket)
-        model = Model(self._loaded[index, bucket], weights, state, check_inputs)
+        model = Model(self._loaded[index, bucket], weights, state, check_inputs, prepared)
         if graphs is False:
             return model
         if isinstance(self.manifest.shapes, Dynamic):  # a graph per size, at its second call
@@ -343,7 +349,7 @@ class Package:
             functools.partial(program.forward, **{GROUP: parallel.group_name()})  # its collectives' group
         return Loaded(name, dev.variant, dev.device, dev.context, forward, kernels,
                       [InputSpec.of(i) for i in shape.inputs], ranges, m.world_size > 1,
-                      getattr(program, "prepare", None))
+                      getattr(program, "prepare", None), variant.prepare_key)
 
     def _kernel(self, k: ComboKernel, dev: _Device):
         """A kernel of the variant, its image loaded once per device into the current context."""

@@ -219,6 +219,9 @@ class ArchVariant:
     kernels: tuple[ComboKernel, ...]
     schedule: tuple[Step, ...]
     stats: Stats
+    # The program's ``prepare`` (the work on the weights alone) and its kernels, hashed: buckets
+    # whose prepare is the same share its results. None: no prepare.
+    prepare_key: str | None = None
 
 
 @dataclass(frozen=True)

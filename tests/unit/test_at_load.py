@@ -17,6 +17,7 @@ from aotcombo.builder.pipeline import build_package
 from aotcombo.builder.plan.combos import make_plan
 from aotcombo.builder.plan.dependencies import reads_writes, storage_roots
 from aotcombo.builder.trace.entry import trace_model
+from aotcombo.runtime.manifest import Buckets
 from aotcombo.testing.compare import relative_error
 from aotcombo.testing.paths import sample_model
 from aotcombo.testing.zoo import model_file
@@ -107,6 +108,15 @@ def test_weight_work_runs_in_prepare_and_matches_eager(tmp_path):
                                                                 for c in plan.combos], weights, [x])
         assert relative_error(got, want) <= 1e-5, call
         assert noise.isfinite()
+
+
+def test_buckets_with_the_same_weight_work_share_it(tmp_path):
+    """Each bucket's program has its prepare; the same work on the weights hashes the same, so
+    that a load runs it once for every bucket (runtime/loader.py)."""
+    built = build_package(Weights().eval(), (torch.randn(8, 64),), arch=["sm_90"], out=tmp_path, cache=False,
+                          native=False, shapes=Buckets(sizes=(2, 8)))
+    keys = {v.prepare_key for s in built.manifest.specializations for v in s.variants.values()}
+    assert len(keys) == 1 and None not in keys
 
 
 def test_a_model_without_weight_work_has_no_prepare(tmp_path):

@@ -707,6 +707,12 @@ def test_prepare_runs_once_at_load_and_forward_reads_its_results(fake, monkeypat
     for _ in range(3):
         assert torch.equal(model(torch.ones(2)), torch.full((2,), 2.0))
     assert seen == [0x1001] and fake.count("launches") == 4
+    # the buckets of one load share a prepare that is the same (its key), and only then
+    shared = {}
+    first = Model(loaded._replace(prepare_key="k1"), [torch.ones(2)], State({}, {}), False, shared)
+    second = Model(loaded._replace(prepare_key="k1"), [torch.ones(2)], State({}, {}), False, shared)
+    other = Model(loaded._replace(prepare_key="k2"), [torch.ones(2)], State({}, {}), False, shared)
+    assert first.weights is second.weights and other.weights is not first.weights and len(seen) == 3
 
 
 def test_fake_model_guards(fake, monkeypatch):

@@ -108,7 +108,17 @@ def _variant(v: VariantBuild, key: str, files: _Files, prefix: str) -> m.ArchVar
             files.files[f"kernels/{key}/{prefix}{combo.name}.py"] = v.sources[combo.name].encode()
         kernels.append(_kernel(combo, binary, *files.image(path, data)))
     return m.ArchVariant(program=files.program(v.program), kernels=tuple(kernels), schedule=_schedule(v.plan),
-                     stats=stats(v.plan))
+                         stats=stats(v.plan), prepare_key=_prepare_key(v))
+
+
+def _prepare_key(v: VariantBuild) -> str | None:
+    """A hash of the program's ``prepare`` and the sources of the kernels it launches (the
+    plan's first): equal for two buckets whose work on the weights is the same."""
+    if v.plan.load is None:
+        return None
+    start, end = v.program.index("\ndef prepare("), v.program.index("\ndef forward(")
+    text = v.program[start:end] + "".join(v.sources[c.name] for c in v.plan.combos[:v.plan.load.combos])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _inputs(graph: g.Graph, names: tuple[str, ...]) -> tuple[m.Input, ...]:
