@@ -124,3 +124,47 @@ def test_a_model_without_weight_work_has_no_prepare(tmp_path):
     built = build_package(source.get_model(), source.get_example_inputs(), arch=["sm_90"], out=tmp_path, cache=False,
                           native=False)
     assert built.variants[0].plan.load is None and "def prepare" not in built.variants[0].program
+
+
+class Edges(nn.Module):
+    """What must stay per call: a copy of a weight that forward then updates in place, work on a
+    buffer forward updates (its state), and a weight-derived tensor returned to the caller."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(32, 32))
+        self.register_buffer("seen", torch.ones(32))
+
+    def forward(self, x):
+        copied = (self.w * 2).contiguous()
+        copied.add_(x.sum())  # written per call: its making cannot move to load
+        from_state = self.seen * 3  # the state changes at every call
+        self.seen.add_(x.mean(0))
+        returned = self.w.t().contiguous()  # the caller's tensor: a fresh one per call
+        return x @ copied + from_state, returned
+
+
+def test_what_must_stay_per_call_does(tmp_path):
+    torch.manual_seed(0)
+    model = Edges().eval()
+    built = build_package(model, (torch.randn(4, 32),), arch=["sm_90"], out=tmp_path, cache=False, native=False)
+    plan = built.variants[0].plan
+    graph = plan.graph
+    weight = next(i.name for i in graph.inputs if i.key == "w")
+    seen = next(i.name for i in graph.inputs if i.key == "seen")
+    load_reads = {r for op in plan.load_ops for r in g.refs_in(getattr(op, "args", ()))} if plan.load else set()
+    assert seen not in load_reads
+    # every per-call kernel that reads the weight also writes what the caller or a later op sees
+    per_call = [s.launch for c in plan.call_combos for s in c.subs]
+    assert any(g.Ref(weight) in launch.args for launch in per_call)
+    eager = Edges().eval()
+    eager.load_state_dict(model.state_dict())
+    weights = [w.clone() for w in built.weights]
+    combos = [(c.name, built.variants[0].sources[c.name], c.grid) for c in plan.combos]
+    for call in range(2):
+        x = torch.randn(4, 32, generator=torch.Generator().manual_seed(20 + call))
+        with torch.no_grad():
+            want = eager(x)
+        got = interpret.run(built.variants[0].program, combos, weights, [x])
+        for a, b in zip(got, want):
+            assert relative_error(a, b) <= 1e-5, call
