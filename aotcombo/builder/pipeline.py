@@ -138,8 +138,9 @@ def _variants(build: Build) -> None:
                                         fix="build each size apart")
         build.weights = traced.weights
         plan = make_plan(kernels.lower(traced.graph), dispatch=options.dispatch)
-        reporter.detail(f"{where}: {plan.kernel_launches} kernels -> {len(plan.combos)} combo launches, "
-                        f"{plan.extern_calls} extern calls")
+        reporter.detail(f"{where}: {plan.kernel_launches} kernels -> {len(plan.call_combos)} combo launches, "
+                        f"{plan.extern_calls} extern calls per call"
+                        + (f"; at load: {plan.load.launches}" if plan.load else ""))
         program = render_program(plan, traced.structure, options.name)
         if program not in build.checked:
             check_on_meta(program, plan.graph, f"{options.name}_b{batch}_sm{arch}")

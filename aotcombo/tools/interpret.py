@@ -119,10 +119,12 @@ def _interpretable_float8() -> None:
         return TensorHandle(values.to(targets[dst_type.scalar]).view(torch.uint8).numpy(), dst_type.scalar)
 
     def cast_impl(self, src, dst_type):
-        return to_float8(src, dst_type) or original_cast(self, src, dst_type)
+        converted = to_float8(src, dst_type)
+        return original_cast(self, src, dst_type) if converted is None else converted
 
     def create_fp_to_fp(self, src, dst_type, rounding_mode):
-        return to_float8(src, dst_type) or original_fp_to_fp(self, src, dst_type, rounding_mode)
+        converted = to_float8(src, dst_type)
+        return original_fp_to_fp(self, src, dst_type, rounding_mode) if converted is None else converted
 
     InterpreterBuilder.cast_impl = cast_impl
     InterpreterBuilder.create_fp_to_fp = create_fp_to_fp
