@@ -75,6 +75,12 @@ class Int4Linear(nn.Module):
 
 
 def quantized(weight: torch.Tensor, bits: int, scale_output: bool = False) -> nn.Module:
+    """The linear of ``weight`` [N, K]: int4 or int8 as above, or (``bits`` 16) a plain
+    ``nn.Linear`` for torchao to quantize (``torchao_decode.py``)."""
+    if bits == 16:
+        linear = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+        linear.weight.data.copy_(weight)
+        return linear
     return Int4Linear(weight) if bits == 4 else Int8Linear(weight, scale_output)
 
 

@@ -7,7 +7,9 @@ with batch buckets (<sample>_buckets: --batch 1,2,4,8,16,32 --pad) and with a
 dynamic batch (<sample>_dynamic: --dynamic batch=1:256), all sm_90, and one
 package per construct of tests/models/coverage_models.py named cov_<construct> (sm_90),
 sample_models/sampling_head.py at batch 1 and 16 (sm_90), and sample_models/quantized_decode.py
-int8 and int4 (quantized_int8, quantized_int4) at batch 1, 4, 16 and 32 (sm_90).
+int8 and int4 (quantized_int8, quantized_int4) at batch 1, 4, 16 and 32 (sm_90), and, where
+torchao is installed, sample_models/torchao_decode.py under each of its configs (torchao_<config>)
+at batch 1, 16 and 64 (sm_80 and sm_90; float8 sm_90).
 --shapes-only builds just the bucket and dynamic ones; --quantized-only just the quantized ones.
 """
 
@@ -65,6 +67,26 @@ def build_quantized(out: Path) -> None:
         print(f"{keep_one(result).name}: {time.perf_counter() - start:.1f} s", flush=True)
 
 
+TORCHAO = {"int8_weight_only": ["sm_80", "sm_90"], "int4_weight_only": ["sm_80", "sm_90"],
+           "int8_dynamic": ["sm_80", "sm_90"], "float8_dynamic": ["sm_90"]}
+
+
+def build_torchao(out: Path) -> None:
+    """sample_models/torchao_decode.py, one package per torchao config (tests/gpu/test_gpu_torchao.py)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torchao") is None:
+        print("torchao is not installed: no torchao_* packages (pip install 'aotcombo[quant]')", flush=True)
+        return
+    path = ROOT / "sample_models" / "torchao_decode.py"
+    for config, archs in TORCHAO.items():
+        start = time.perf_counter()
+        model, inputs = load_model_file(path, f"get_{config}_model")
+        result = build(model, inputs, arch=archs, name=f"torchao_{config}", out=out,
+                       make_inputs=batch_inputs_function(path), shapes=Buckets((1, 16, 64)))
+        print(f"{keep_one(result).name}: {time.perf_counter() - start:.1f} s", flush=True)
+
+
 def keep_one(result) -> Path:
     """The wheel pip picks on the GPU machine (the native one; the pure one where none was
     built): only that one travels."""
@@ -84,7 +106,8 @@ def main() -> None:
     if args.shapes_only:
         return build_shapes(out)
     if args.quantized_only:
-        return build_quantized(out)
+        build_quantized(out)
+        return build_torchao(out)
     for name in SAMPLES:
         start = time.perf_counter()
         model, inputs = load_model_file(ROOT / "sample_models" / f"{name}.py")
@@ -95,6 +118,7 @@ def main() -> None:
     build_shapes(out)
     build_sampling_head(out)
     build_quantized(out)
+    build_torchao(out)
     from aotcombo.testing.corpora import coverage_models as corpus
 
     coverage_models = corpus()
