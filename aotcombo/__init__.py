@@ -6,6 +6,7 @@
     wheel = aotcombo.build(model, example_inputs, shapes=aotcombo.Dynamic(batch=(1, 32), seq=(1, 512)),
                            dynamic_axes={"input_ids": {0: "batch", 1: "seq"}})
     info = aotcombo.inspect(wheel)          # archs, kernels, combos, launches per forward, ...
+    weights = aotcombo.quantized_state_dict(model)  # a torchao model's weights as its package names them
 
 ``aotcombo.build(...)`` returns the path of the wheel that installs anywhere;
 ``aotcombo.build_package(...)`` takes the same arguments and returns the detailed
@@ -18,7 +19,7 @@
 __version__ = "0.1.0"
 
 __all__ = ["build", "build_package", "inspect", "BuildResult", "BuildError", "Static", "Buckets", "Dynamic",
-           "__version__"]
+           "quantized_state_dict", "__version__"]
 
 _LAZY = {
     "build_package": (".builder.pipeline", "build_package"),
@@ -40,6 +41,15 @@ def build(model, example_inputs, **options):
     from .builder.pipeline import build_package
 
     return build_package(model, example_inputs, **options).wheel
+
+
+def quantized_state_dict(model) -> dict:
+    """The ``state_dict()`` of ``model`` with torchao's quantized weights as the package holds
+    them (``<layer>.weight.qdata``, ``.scale``, ...): what ``load(weights=...)`` takes for a
+    package built with ``--weights external`` from a torchao-quantized model."""
+    from .builder.kernels.linear.subclasses import flatten
+
+    return flatten(model).state_dict()
 
 
 def __getattr__(name):

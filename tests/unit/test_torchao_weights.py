@@ -80,6 +80,21 @@ def test_int8_weight_only_is_read_as_int8_bytes_and_scales(tmp_path):
     assert relative_error(got, want) <= max(1e-2, 2 * relative_error(flattened, want))
 
 
+def test_external_weights_come_from_the_quantized_model(tmp_path):
+    """``--weights external``: ``aotcombo.quantized_state_dict(model)`` holds every tensor the
+    package lacks, by its names, equal to those the build ran on."""
+    import aotcombo
+
+    model, _ = _mlp()
+    result = build_package(model, (torch.randn(1, 512, dtype=torch.bfloat16),), arch=["sm_90"], out=tmp_path,
+                           cache=False, weights="external")
+    given = aotcombo.quantized_state_dict(model)
+    external = {t.name for t in result.manifest.weights.tensors if t.external}
+    assert external and external <= set(given)
+    for t, built in zip(result.manifest.weights.tensors, result.weights):
+        assert t.name not in external or torch.equal(given[t.name], built), t.name
+
+
 def test_another_subclass_is_refused_naming_it_and_the_layer():
     model, _ = _mlp(NF4Tensor)
     with pytest.raises(UnsupportedModelError, match=r"layer 0's weight is a .*NF4Tensor, a tensor subclass "
