@@ -93,7 +93,7 @@ class Check:
             one.reset_state()
         for i in range(PROMPT):
             logits = [_logits(x) for x in self.run((prompt[:, i:i + 1], torch.tensor([i])), *models)]
-        ties, errors = [], []
+        ties, errors, fed = [], [], []
         for step in range(TOKENS):
             e, o, r = logits[:3]
             errors.append([round(relative_error(x, r), 4) for x in (o, e)] +
@@ -101,6 +101,7 @@ class Check:
             if int(o.argmax()) != int(e.argmax()):
                 ties.append(step if is_tie(e, o, 0) else -1 - step)
             token = e.argmax(-1)[:, None].cpu()
+            fed.append([int(token), int(o.argmax())])
             logits = [_logits(x) for x in self.run((token, torch.tensor([PROMPT + step])), *models)]
         worst, worst_eager = max(x[0] for x in errors), max(x[1] for x in errors)
         self.empty(loaded)
@@ -117,7 +118,8 @@ class Check:
         first = None if same else int((tokens["ours"] != tokens["eager"]).nonzero()[0])
         row = {"greedy": TOKENS, "ties": ties, "error": worst, "eager_error": worst_eager,
                "free_running_equal": same, "first_difference": first, "ok": ok,
-               "errors_per_step": errors}  # [ours vs fp32, eager vs fp32(, ours vs the one-GPU package)]
+               "errors_per_step": errors,  # [ours vs fp32, eager vs fp32(, ours vs the one-GPU package)]
+               "tokens": fed}  # per step: [the token fed next (eager's argmax), ours' argmax]
         if one is not None:
             row["vs_one_gpu"] = max(x[2] for x in errors)
         self.record(label, [row])
