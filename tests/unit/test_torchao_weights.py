@@ -132,8 +132,11 @@ def test_torchao_quantize_(tmp_path, config):
                            cache=False)
     kernels = [s.kernel.source.splitlines()[2] for c in result.variants[0].plan.combos for s in c.subs
                if s.kernel.heuristic == "matmul"]
-    assert len(kernels) == 2 and all("(weight int8" in k for k in kernels)
-    assert {w.dtype for w in result.manifest.weights.tensors if w.name.endswith("qdata")} == {"int8"}
+    stored = {"int8": ("(weight int8", "int8"), "intx_int4_group128": ("(weight int4", "uint8")}[config]
+    assert len(kernels) == 2 and all(stored[0] in k for k in kernels), kernels
+    qdata = [w for w in result.manifest.weights.tensors if w.name.endswith("qdata")]
+    assert {w.dtype for w in qdata} == {stored[1]}  # int4: two a byte, half the bytes
+    assert sum(w.shape[1] for w in qdata) == 512 // (2 if stored[1] == "uint8" else 1) * 2
     fresh = torch.randn(1, 512, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
     got = interpret.run_variant(result, 0, [fresh])
     with torch.no_grad():

@@ -4,7 +4,8 @@ torchao 0.18's weight-only configs make each ``nn.Linear``'s weight a tensor sub
 int8 ``qdata`` [N, K], a ``scale`` and a ``zero_point`` per group of ``block_size[1]`` along K:
 ``Int8Tensor`` (``Int8WeightOnlyConfig``: a scale per output channel, zero points of zeros) and
 ``IntxUnpackedToInt8Tensor`` (``IntxWeightOnlyConfig``: int1..int8 values, one a byte, a scale
-and zero point per group or per channel). ``flatten`` gives a copy of the model in which each
+and zero point per group or per channel; symmetric int4 is packed two values a byte,
+``PackedInt4Linear``). ``flatten`` gives a copy of the model in which each
 such linear is a ``FlattenedLinear`` over plain buffers ``<layer>.weight.qdata``, ``.scale``
 (and ``.zero_point``, in the scale's dtype, where not all zero) that dequantizes in torch ops,
 which ``quant_match`` reads like any hand-written int8 linear (a decode step's are kernels of
@@ -60,6 +61,28 @@ class FlattenedLinear(nn.Module):
         return F.linear(x, (w * scale.to(x.dtype)[..., None]).view(n, k), self.bias)
 
 
+class PackedInt4Linear(nn.Module):
+    """An ``nn.Linear`` whose weight was torchao's int4 (``IntxUnpackedToInt8Tensor``, one value
+    in -8..7 a byte): the values two a byte as ``q + 8`` (even k in the low nibble), ``qdata``
+    uint8 [N, K/2], and the ``scale`` [N, groups]; half the bytes a step reads."""
+
+    def __init__(self, qdata: torch.Tensor, scale: torch.Tensor, bias):
+        super().__init__()
+        n = qdata.shape[0]
+        nibbles = (qdata.to(torch.int16) + 8).to(torch.uint8)
+        self.weight = nn.Module()
+        self.weight.register_buffer("qdata", nibbles[:, 0::2] | (nibbles[:, 1::2] << 4))
+        self.weight.register_buffer("scale", scale.reshape(n, -1))
+        self.bias = bias
+
+    def forward(self, x):
+        packed, scale = self.weight.qdata, self.weight.scale
+        n = packed.shape[0]
+        q = torch.stack([packed & 0xF, packed >> 4], dim=-1).view(n, -1)  # [N, K]
+        w = (q.to(x.dtype).view(n, scale.shape[1], -1) - 8) * scale.to(x.dtype)[..., None]
+        return F.linear(x, w.view(n, -1), self.bias)
+
+
 def _is_subclass(t) -> bool:
     return isinstance(t, torch.Tensor) and type(t) not in (torch.Tensor, nn.Parameter) and hasattr(
         t, "__tensor_flatten__")
@@ -95,6 +118,8 @@ def _flattened(layer: str, linear: nn.Linear, t, archs) -> nn.Module:
         _refuse(where, t, f"of a layout other than int8 [N, K] with a scale per group along K (block size {block})")
     if zero is not None and not bool(zero.ne(0).any()):
         zero = None  # symmetric
+    if zero is None and getattr(t, "target_dtype", None) == torch.int4 and k % 2 == 0 and block[1] % 2 == 0:
+        return PackedInt4Linear(qdata.detach(), scale.detach(), linear.bias)
     return FlattenedLinear(qdata.detach(), scale.detach(), None if zero is None else zero.detach(), linear.bias)
 
 
