@@ -50,7 +50,12 @@ DECODE_MAX_ROWS, DECODE_BLOCK_N, DECODE_MAX_BLOCK_K = 8, 32, 256
 DECODE_DTYPES = (torch.bfloat16, torch.float16)
 # A weight-only quantized weight (quant.py) reads a quarter to a half of the bytes of a 16-bit
 # one for the same products: up to 16 rows ours (dequantized in registers); more, Inductor's
-# dequantize-then-matmul (the weight dequantized per call, as the model wrote it).
+# dequantize-then-matmul (the weight dequantized per call, as the model wrote it). At one row
+# they run well under the bandwidth (H100, Llama 3.2 1B step, quantized_llm_bench.py, 2026-11-26:
+# int8 0.98 ms at 42 % of copy bandwidth, int4 two a byte 1.32 ms at 16 %, bf16 1.09 ms at 76 %);
+# k steps of 16 / bits times the elements (a tile of a 16-bit one's bytes) and the int4 bytes
+# loaded once with their nibbles interleaved (tl.interleave) changed neither (0.98, 1.32): not
+# kept. Not yet tried: the int-to-float conversion (16 a clock per SM) by bit tricks.
 QUANT_MAX_ROWS = 16
 # float32 products as three tf32 ones (tensor cores): 1.2-1.8e-7 from float64, below the
 # 2.4-4.1e-7 of Triton's "ieee" dot, and 1.7-3x faster.
