@@ -24,9 +24,10 @@ packages freed (its CUDA graph trees must not record while ours are live), ``tor
 settings torchao's ``quantize_`` set (as its users get; ``--inductor-defaults``: Inductor's), the two
 timed call by call in turn. A step's bytes are what it must read: the package's weights but the embedding
 table (a row gathered; the bf16 LM head, tied to it, reads it whole) and the cache positions up to its
-own (int4: torchao's ``IntxUnpackedToInt8Tensor`` holds a value a byte, and so does the package: int8's
-bytes plus group scales). Over the step's time, set against a device-to-device copy's bandwidth (read +
-write) measured in this run. A variant that fails is printed and the others go on. JSON lines to
+own (int4: two a byte, plus group scales). ``--also LABEL=PACKAGE:MODEL_FN`` adds a package built another
+way from the same model function (an A/B of a kernel rule), timed with ours, not compiled. Over the
+step's time, set against a device-to-device copy's bandwidth (read + write) measured in this run. A variant
+that fails is printed and the others go on. JSON lines to
 ``$OUT/quantized_llm_bench.jsonl``; ``--compile-deadline`` keeps the run within one GPU call.
 """
 
@@ -219,7 +220,12 @@ def main() -> None:
                         help="compile under Inductor's defaults, not the settings torchao's quantize_ made")
     parser.add_argument("--compile-deadline", type=float, default=330,
                         help="seconds into the run after which no torch.compile starts (default %(default)s)")
+    parser.add_argument("--also", action="append", default=[], metavar="LABEL=PACKAGE:MODEL_FN",
+                        help="another package of a model function, timed beside ours (repeatable)")
     args = parser.parse_args()
+    for also in args.also:
+        label, _, target = also.partition("=")
+        VARIANTS[label] = tuple(target.split(":"))
     begin, device, rows = time.perf_counter(), torch.device("cuda"), []
     Path(args.out).mkdir(parents=True, exist_ok=True)
     positions = [int(p) for p in args.positions.split(",")]
@@ -234,7 +240,7 @@ def main() -> None:
             m, manifests[label], model = load_and_check(source, package_name, model_fn, model32, args.steps, rows,
                                                          label)
             loaded[label] = m
-            if label != "bf16":
+            if label in ("int8", "int4"):
                 eager[label] = model  # for torch.compile, last
             del m, model
         except Exception as exc:  # noqa: BLE001 - reported, the run goes on

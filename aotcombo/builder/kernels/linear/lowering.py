@@ -55,7 +55,7 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
     products = ["acc", "acc_up"] if r.glu else ["acc"]
     quant = None
     if r.quant:
-        quant = {p: _dequantize_lines(r, spec[weight.name].stride, t.gemv, i) for i, p in enumerate(products)}
+        quant = {p: _dequantize_lines(r, spec[weight.name], t.gemv, i) for i, p in enumerate(products)}
         if r.quant.per_channel(r.k):
             lines += [f"{p} = {p} * tl.load(scale_ptr + {i * r.n} + rn, mask=mask_n, other=0.0).to(tl.float32)[None, :]"
                       for i, p in enumerate(products)]
@@ -103,22 +103,32 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
     return kernel, tuple(g.Ref(v) for v in values)
 
 
-def _dequantize_lines(r: Recipe, q_stride: tuple, gemv: bool, half: int) -> list[str]:
+def _as_float(value: str, offset: int) -> str:
+    """``value`` (int32; plus ``offset``, in 0..255) as float32 without the conversion instruction
+    (``recipe.QUANT_CONVERT`` "bits"): or'ed into the bits of 2^23, which is then subtracted."""
+    shifted = f"({value}) + {offset}" if offset else f"({value})"
+    return f"(({shifted}) | 0x4B000000).to(tl.float32, bitcast=True) - {8388608.0 + offset!r}"
+
+
+def _dequantize_lines(r: Recipe, q: g.TensorSpec, gemv: bool, half: int) -> list[str]:
     """The lines that load one tile of the quantized W (its ``half``-th N rows: glu) into ``w``,
     dequantized: [BLOCK_N, BLOCK_K] for the GEMV, [BLOCK_K, BLOCK_N] in the operands' dtype
     for ``tl.dot``. A scale per output channel is left to the product (``kernel_for``)."""
-    quant, groups = r.quant, r.k // r.quant.group
+    quant, groups, q_stride = r.quant, r.k // r.quant.group, q.stride
     rn, rk, mask = (("rn[:, None]", "rk[None, :]", "mask_n[:, None] & mask_k[None, :]") if gemv
                     else ("rn[None, :]", "rk[:, None]", "mask_k[:, None] & mask_n[None, :]"))
     start = f"{half * r.n * q_stride[0]} + " if half else ""
+    bits = recipes.QUANT_CONVERT == "bits"
     if quant.bits == 8:
-        lines = [f"w = tl.load(w_ptr + {start}{rn} * {q_stride[0]} + {rk} * {q_stride[1]}, mask={mask}, other=0)"
-                 ".to(tl.float32)"]
+        load = f"w = tl.load(w_ptr + {start}{rn} * {q_stride[0]} + {rk} * {q_stride[1]}, mask={mask}, other=0)"
+        lines = ([load + ".to(tl.int32)", f"w = {_as_float('w', 128 if q.dtype == 'int8' else 0)}"] if bits
+                 else [load + ".to(tl.float32)"])
     else:  # two weights a byte along k
         shift = f"(1 - {rk} % 2) * 4" if quant.high_first else f"({rk} % 2) * 4"
+        nibble = f"(w >> ({shift})) & 15"
         lines = [f"w = tl.load(w_ptr + {start}{rn} * {q_stride[0]} + ({rk} // 2) * {q_stride[1]}, mask={mask}, "
                  "other=0).to(tl.int32)",
-                 f"w = ((w >> ({shift})) & 15).to(tl.float32)"]
+                 f"w = {_as_float(nibble, 0)}" if bits else f"w = ({nibble}).to(tl.float32)"]
     if quant.zero_value:
         lines.append(f"w = w - {_number(quant.zero_value)}")
     if not quant.per_channel(r.k):

@@ -55,8 +55,11 @@ DECODE_DTYPES = (torch.bfloat16, torch.float16)
 # int8 0.98 ms at 42 % of copy bandwidth, int4 two a byte 1.32 ms at 16 %, bf16 1.09 ms at 76 %);
 # k steps of 16 / bits times the elements (a tile of a 16-bit one's bytes) and the int4 bytes
 # loaded once with their nibbles interleaved (tl.interleave) changed neither (0.98, 1.32): not
-# kept. Not yet tried: the int-to-float conversion (16 a clock per SM) by bit tricks.
+# kept. QUANT_CONVERT "bits" makes each integer a float by bit operations (its bits or'ed into
+# 2^23's, 2^23 subtracted: exact for 0..255) instead of the conversion instruction (16 a clock
+# per SM on sm_80/sm_90, against 64 to 128 for integer and float ones): off until measured.
 QUANT_MAX_ROWS = 16
+QUANT_CONVERT = "cvt"  # or "bits"
 # float32 products as three tf32 ones (tensor cores): 1.2-1.8e-7 from float64, below the
 # 2.4-4.1e-7 of Triton's "ieee" dot, and 1.7-3x faster.
 FP32_DOT_PRECISION = "tf32x3"
