@@ -102,6 +102,18 @@ def test_another_subclass_is_refused_naming_it_and_the_layer():
         subclasses.flatten(model)
 
 
+class Int4TilePackedTo4dTensor(Int8Tensor):
+    pass
+
+
+def test_int4_weight_only_config_is_refused_pointing_to_the_int4_that_builds():
+    model, _ = _mlp(Int4TilePackedTo4dTensor)
+    with pytest.raises(UnsupportedModelError) as caught:
+        subclasses.flatten(model)
+    assert "Int4TilePackedTo4dTensor, a tensor subclass aotcombo cannot read" in str(caught.value)
+    assert "IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(128))" in caught.value.fix
+
+
 def test_asymmetric_activation_quantization_is_refused():
     """Int8DynamicActivationInt8WeightConfig's symmetric activations are read
     (test_torchao_activations.py); asymmetric ones are refused, naming what is read."""

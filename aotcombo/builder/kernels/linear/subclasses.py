@@ -92,9 +92,14 @@ def _kind(t) -> str:
     return f"{type(t).__module__}.{type(t).__qualname__}"
 
 
+_INT4_FIX = ("for int4 weights use IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(128)) "
+             "(Int4WeightOnlyConfig's formats need the mslk package or a GPU to quantize and are read by neither); ")
+
+
 def _refuse(where: str, t, why: str):
+    fix = _INT4_FIX + FIX if type(t).__name__.startswith("Int4") else FIX
     raise UnsupportedModelError(f"{where} is a {_kind(t)}, a tensor subclass {why}; aotcombo reads {SUPPORTED}",
-                                fix=FIX)
+                                fix=fix)
 
 
 def _flattened(layer: str, linear: nn.Linear, t, archs) -> nn.Module:
