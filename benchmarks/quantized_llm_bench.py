@@ -48,6 +48,7 @@ sys.path[:0] = [str(HERE.parent)]  # aotcombo.testing from this checkout
 
 import torch  # noqa: E402
 
+from aotcombo.builder.kernels.linear.quant import Quant, dequantize_eager  # noqa: E402
 from aotcombo.testing.compare import relative_error  # noqa: E402
 from aotcombo.testing.timing import copy_bandwidth, time_synced, time_synced_interleaved, warm_up  # noqa: E402
 from aotcombo.testing.zoo import FULL_SIZE_DIR, check, model_file  # noqa: E402
@@ -89,15 +90,13 @@ def load_reference(model32, weights: dict) -> None:
     for key, value in weights.items():
         if key.endswith(".weight.qdata"):
             layer = key.removesuffix(".qdata")
-            scale, zero = weights[f"{layer}.scale"].float(), weights.get(f"{layer}.zero_point")
-            n = value.shape[0]
-            if value.dtype == torch.uint8:  # int4 two a byte as q + 8, even k in the low nibble
-                value = torch.stack([value & 0xF, value >> 4], dim=-1).view(n, -1).to(torch.int16) - 8
-            k = value.shape[1]
-            w = value.float().view(n, scale.shape[1], -1)
-            if zero is not None:
-                w = w - zero.float()[..., None]
-            state[layer] = (w * scale[..., None]).view(n, k)
+            scale, zero = weights[f"{layer}.scale"], weights.get(f"{layer}.zero_point")
+            int4 = value.dtype == torch.uint8  # two a byte as q + 8 (subclasses.PackedInt4Linear)
+            k = value.shape[1] * (2 if int4 else 1)
+            spec = Quant(bits=4 if int4 else 8, group=k // scale.reshape(value.shape[0], -1).shape[1],
+                         high_first=False, zero="none" if zero is None else "point", zero_value=8.0 if int4 else 0.0,
+                         dtype="float32")
+            state[layer] = dequantize_eager(value, scale, zero, spec)
         elif not key.endswith(QUANTIZED):
             state[key] = value.float() if value.is_floating_point() else value
     model32.load_state_dict(state)

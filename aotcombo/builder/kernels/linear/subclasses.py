@@ -26,6 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ....errors import UnsupportedModelError
+from .quant import Quant, dequantize_eager
 from .torchao_activation import float8_dynamic, int8_dynamic
 
 SUPPORTED = ("torchao's Int8Tensor (Int8WeightOnlyConfig, Int8DynamicActivationInt8WeightConfig), "
@@ -68,19 +69,18 @@ class PackedInt4Linear(nn.Module):
 
     def __init__(self, qdata: torch.Tensor, scale: torch.Tensor, bias):
         super().__init__()
-        n = qdata.shape[0]
+        n, k = qdata.shape
         nibbles = (qdata.to(torch.int16) + 8).to(torch.uint8)
         self.weight = nn.Module()
         self.weight.register_buffer("qdata", nibbles[:, 0::2] | (nibbles[:, 1::2] << 4))
         self.weight.register_buffer("scale", scale.reshape(n, -1))
         self.bias = bias
+        self.spec = Quant(bits=4, group=k // self.weight.scale.shape[1], high_first=False, zero="none",
+                          zero_value=8.0, dtype=str(scale.dtype).removeprefix("torch."))
 
     def forward(self, x):
-        packed, scale = self.weight.qdata, self.weight.scale
-        n = packed.shape[0]
-        q = torch.stack([packed & 0xF, packed >> 4], dim=-1).view(n, -1)  # [N, K]
-        w = (q.to(x.dtype).view(n, scale.shape[1], -1) - 8) * scale.to(x.dtype)[..., None]
-        return F.linear(x, w.view(n, -1), self.bias)
+        w = dequantize_eager(self.weight.qdata, self.weight.scale, None, self.spec)
+        return F.linear(x, w.to(x.dtype), self.bias)
 
 
 def _is_subclass(t) -> bool:
