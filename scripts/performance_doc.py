@@ -35,7 +35,7 @@ SOURCES = {
     # benchmarks/axes_bench.py: BERT-base with dynamic batch and sequence length against exact builds
     "axes": ["axes/axes_bench.jsonl"],
     # benchmarks/tp_bench.py under torchrun: a tensor-parallel decode step against one GPU and torch's own TP
-    "tensor_parallel": ["tp/tp_bench.jsonl"],
+    "tensor_parallel": ["tp/tp_bench_h100.jsonl"],
     # benchmarks/bench.py (fresh processes, torch.compile cold and warm) and bench_coldstart.py
     "cold_start": ["results.json", "cold_start.json"],
 }
