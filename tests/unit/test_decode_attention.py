@@ -164,4 +164,4 @@ def test_the_split_rule():
         assert splits <= decode_attention.MAX_SPLITS
         assert batch_heads * splits <= max(batch_heads, decode_attention.TARGET_PROGRAMS)
     assert decode_attention.split_of(4, 2048) == (32, 64)  # batch 1 of the LLM sample: 128 programs
-    assert decode_attention.split_of(32, 2048) == (8, 256)  # batch 8: 256
+    assert decode_attention.split_of(32, 2048) == (32, 64)  # batch 8: 1024

@@ -39,7 +39,13 @@ MAX_ROWS = 32  # query rows per (batch, head) of a split call: more is a prefill
 MIN_KEYS = 256  # keys of a split call: fewer, one program per (batch, head) walks them quickly enough
 SMALL_ROWS, SMALL_KEYS = 64, 128  # a small attention: one kernel, a program per (batch, head, 16 rows)
 BLOCK_N = 64  # keys per step of a split program
-TARGET_PROGRAMS = 256  # about two waves of an H100 (132 SMs) or an A100 (108)
+# About eight programs an SM of an H100 (132 SMs): a program holds 168 registers a thread at
+# most (three to an SM), and with fewer, longer programs the slowest ones set the time. Llama 3
+# 8B's decode step for eight sequences at eight positions (benchmarks/llm_batch_bench.py, H100):
+# 256 programs of four key blocks each took 52 us a layer (ncu: 9 % occupancy, 0.65 waves, the
+# SMs idle 57 % of the kernel), the step 8.51 ms; 1024 programs of one block, 6.87 ms. A batch
+# of one with 8 key/value heads gets the same split either way (one block a program).
+TARGET_PROGRAMS = 1024
 MAX_SPLITS = 64  # the combine kernel holds every split's partial row at once
 HEAD_DIMS = (16, 32, 64, 128, 256)
 # A split call's programs merge their partials themselves, the last of each (batch, key/value
