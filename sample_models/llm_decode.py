@@ -37,6 +37,7 @@ its own positions, never over another row's padding.
 """
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -47,6 +48,32 @@ HEAD_DIM = DIM // HEADS
 GROUP = HEADS // KV_HEADS  # query heads per key/value head
 MAX_BATCH, MAX_SEQ = 8, 2048
 DTYPE = torch.bfloat16
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The decoder's sizes: this sample's by default (``full_size/llama_8b_batch.py``: Llama 3 8B's)."""
+
+    vocab: int = VOCAB
+    dim: int = DIM
+    layers: int = LAYERS
+    heads: int = HEADS
+    kv_heads: int = KV_HEADS
+    hidden: int = HIDDEN
+    max_batch: int = MAX_BATCH
+    max_seq: int = MAX_SEQ
+    rope_theta: float = 10000.0
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.heads
+
+    @property
+    def group(self) -> int:
+        return self.heads // self.kv_heads
+
+
+SAMPLE = Shape()
 
 
 class RMSNorm(nn.Module):
@@ -67,20 +94,22 @@ def rotate(x, cos, sin):
 
 
 class Attention(nn.Module):
-    def __init__(self):
+    def __init__(self, shape: Shape = SAMPLE):
         super().__init__()
-        self.wqkv = nn.Linear(DIM, (HEADS + 2 * KV_HEADS) * HEAD_DIM, bias=False)
-        self.wo = nn.Linear(HEADS * HEAD_DIM, DIM, bias=False)
-        cache = (MAX_BATCH, KV_HEADS, MAX_SEQ, HEAD_DIM)
+        self.shape, heads, kv_heads, d = shape, shape.heads, shape.kv_heads, shape.head_dim
+        self.wqkv = nn.Linear(shape.dim, (heads + 2 * kv_heads) * d, bias=False)
+        self.wo = nn.Linear(heads * d, shape.dim, bias=False)
+        cache = (shape.max_batch, kv_heads, shape.max_seq, d)
         self.register_buffer("k_cache", torch.zeros(cache, dtype=DTYPE))
         self.register_buffer("v_cache", torch.zeros(cache, dtype=DTYPE))
 
     def forward(self, x, cos, sin, mask, input_pos):
         b, t, _ = x.shape
-        q, k, v = self.wqkv(x).split([HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM], dim=-1)
-        q = rotate(q.view(b, t, HEADS, HEAD_DIM).transpose(1, 2), cos, sin)
-        k = rotate(k.view(b, t, KV_HEADS, HEAD_DIM).transpose(1, 2), cos, sin)
-        v = v.view(b, t, KV_HEADS, HEAD_DIM).transpose(1, 2)
+        heads, kv_heads, d = self.shape.heads, self.shape.kv_heads, self.shape.head_dim
+        q, k, v = self.wqkv(x).split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
+        q = rotate(q.view(b, t, heads, d).transpose(1, 2), cos, sin)
+        k = rotate(k.view(b, t, kv_heads, d).transpose(1, 2), cos, sin)
+        v = v.view(b, t, kv_heads, d).transpose(1, 2)
         k_cache, v_cache = self.k_cache[:b], self.v_cache[:b]
         if input_pos.dim() == 1:  # [T]: every row at the same positions
             k_cache.index_copy_(2, input_pos, k)
@@ -91,19 +120,20 @@ class Attention(nn.Module):
             self.v_cache.transpose(1, 2).index_put_((rows, input_pos), v.transpose(1, 2))
         # Grouped-query attention: the GROUP query heads sharing a key/value head become rows
         # of one query block, [b, KV_HEADS, GROUP * t, d], so the cache is read once, as is.
-        folded = q.reshape(b, KV_HEADS, GROUP * t, HEAD_DIM)
-        out = F.scaled_dot_product_attention(folded, k_cache, v_cache, attn_mask=mask.repeat(1, 1, GROUP, 1))
-        out = out.reshape(b, HEADS, t, HEAD_DIM).transpose(1, 2).reshape(b, t, HEADS * HEAD_DIM)
+        group = self.shape.group
+        folded = q.reshape(b, kv_heads, group * t, d)
+        out = F.scaled_dot_product_attention(folded, k_cache, v_cache, attn_mask=mask.repeat(1, 1, group, 1))
+        out = out.reshape(b, heads, t, d).transpose(1, 2).reshape(b, t, heads * d)
         return self.wo(out)
 
 
 class Block(nn.Module):
-    def __init__(self):
+    def __init__(self, shape: Shape = SAMPLE):
         super().__init__()
-        self.attention_norm, self.ffn_norm = RMSNorm(DIM), RMSNorm(DIM)
-        self.attention = Attention()
-        self.w13 = nn.Linear(DIM, 2 * HIDDEN, bias=False)
-        self.w2 = nn.Linear(HIDDEN, DIM, bias=False)
+        self.attention_norm, self.ffn_norm = RMSNorm(shape.dim), RMSNorm(shape.dim)
+        self.attention = Attention(shape)
+        self.w13 = nn.Linear(shape.dim, 2 * shape.hidden, bias=False)
+        self.w2 = nn.Linear(shape.hidden, shape.dim, bias=False)
 
     def forward(self, x, cos, sin, mask, input_pos):
         h = x + self.attention(self.attention_norm(x), cos, sin, mask, input_pos)
@@ -112,17 +142,18 @@ class Block(nn.Module):
 
 
 class Decoder(nn.Module):
-    def __init__(self):
+    def __init__(self, shape: Shape = SAMPLE):
         super().__init__()
-        self.tok_embeddings = nn.Embedding(VOCAB, DIM)
-        self.layers = nn.ModuleList(Block() for _ in range(LAYERS))
-        self.norm = RMSNorm(DIM)
-        self.output = nn.Linear(DIM, VOCAB, bias=False)
-        freqs = 1.0 / (10000 ** (torch.arange(0, HEAD_DIM, 2).float() / HEAD_DIM))
-        angles = torch.outer(torch.arange(MAX_SEQ).float(), freqs)
+        self.tok_embeddings = nn.Embedding(shape.vocab, shape.dim)
+        self.layers = nn.ModuleList(Block(shape) for _ in range(shape.layers))
+        self.norm = RMSNorm(shape.dim)
+        self.output = nn.Linear(shape.dim, shape.vocab, bias=False)
+        d, n = shape.head_dim, shape.max_seq
+        freqs = 1.0 / (shape.rope_theta ** (torch.arange(0, d, 2).float() / d))
+        angles = torch.outer(torch.arange(n).float(), freqs)
         self.register_buffer("rope_cos", angles.cos(), persistent=False)
         self.register_buffer("rope_sin", angles.sin(), persistent=False)
-        self.register_buffer("causal", torch.tril(torch.ones(MAX_SEQ, MAX_SEQ, dtype=torch.bool)), persistent=False)
+        self.register_buffer("causal", torch.tril(torch.ones(n, n, dtype=torch.bool)), persistent=False)
 
     def forward(self, tokens, input_pos):
         x = self.tok_embeddings(tokens)

@@ -1,6 +1,9 @@
 """The LLM decode sample on a GPU: the two packages over one cache, eager's own loop, and
 greedy generation through either, and when the two's choices of a token are a bf16 tie (used by
-tests/gpu/test_gpu_llm.py, tests/gpu/test_gpu_llama_8b.py and benchmarks/llm_bench.py).
+tests/gpu/test_gpu_llm.py, tests/gpu/test_gpu_llama_8b.py and benchmarks/llm_bench.py), and the
+same decoder at Llama 3 8B's shapes for eight sequences (``full_size/llama_8b_batch.py``:
+``batch_models``, ``check_batch_steps``; tests/gpu/test_gpu_llama_8b_batch.py, benchmarks/
+llm_batch_bench.py).
 
 The packages are ``llm_prefill`` and ``llm_decode``, built from ``sample_models/llm_decode.py``
 with ``--weights external`` (README: "An LLM decode loop"); their weights are the model
@@ -122,3 +125,42 @@ def prompt(batch: int, seed: int, device="cuda") -> torch.Tensor:
     s = sample()
     return torch.randint(0, s.VOCAB, (batch, s.PROMPT), generator=g).to(device)
 
+
+
+def batch_models(source, package, device="cuda", graphs: bool | None = None) -> tuple:
+    """``full_size/llama_8b_batch.py``'s eager model (random weights on ``device``), a float32
+    model of the same weights, and ``package`` loaded with them (``graphs`` as ``load`` takes
+    it), the caches of all three filled with the same random values."""
+    eager = source.get_model(device=device)
+    with torch.device(device):
+        reference = source.llm_decode.Decoder(source.SHAPE).float()  # its caches too
+    weights = dict(eager.named_parameters())
+    for name, p in reference.named_parameters():  # one at a time: no second float32 copy of 8B
+        p.copy_(weights[name])
+    loaded = package.load(device, weights=eager.state_dict(), graphs=graphs)
+    g = torch.Generator(device).manual_seed(1)
+    eager_buffers, reference_buffers = dict(eager.named_buffers()), dict(reference.named_buffers())
+    for name, tensor in loaded.state().items():
+        values = torch.randn(tensor.shape, generator=g, device=device).to(tensor.dtype)
+        tensor.copy_(values)
+        eager_buffers[name].copy_(values)
+        reference_buffers[name].copy_(values.float())
+    return eager, reference, loaded
+
+
+def check_batch_steps(source, loaded, eager, reference, steps: int, device="cuda") -> list[dict]:
+    """``steps`` decode steps of eight sequences, each row a position further every step (from
+    ``source.get_example_inputs``' positions): per step the package's logits against the float32
+    model's, within max(1e-2, 2 x eager's own error) in relative L2 (test_gpu_llm.py's rule)."""
+    from .compare import relative_error
+
+    first = source.get_example_inputs()[1].view(-1).tolist()
+    rows = []
+    for step in range(steps):
+        inputs = tuple(t.to(device) for t in source.get_example_inputs(seed=step, positions=[p + step for p in first]))
+        got, want, ref = loaded(*inputs), eager(*inputs), reference(*inputs)
+        error, eager_error = relative_error(got, ref), relative_error(want, ref)
+        rows.append({"step": step, "error": error, "eager_error": eager_error,
+                     "ok": error <= max(1e-2, 2 * eager_error),
+                     "argmax_equal": bool(torch.equal(got.argmax(-1), want.argmax(-1)))})
+    return rows

@@ -30,7 +30,7 @@ ZOO = tuple(sorted(p.stem for p in ZOO_DIR.glob("*.py") if not p.stem.startswith
 # the model from its file and gives its state_dict to load)
 FULL_SIZE_DIR = sample_models("full_size")
 # Checked by a test of its own, not with the set (tests/gpu/test_gpu_llama_8b.py): 16 GB of weights.
-OWN_TEST = ("llama_8b_decode",)
+OWN_TEST = ("llama_8b_decode", "llama_8b_batch")
 FULL_SIZE = tuple(sorted(p.stem for p in FULL_SIZE_DIR.glob("*.py") if not p.stem.startswith("_")
                          and p.stem not in OWN_TEST))
 LOW_PRECISION = (torch.bfloat16, torch.float16)
