@@ -2,6 +2,7 @@
 
 import contextlib
 
+import torch
 from torch import nn
 
 
@@ -47,3 +48,14 @@ def parameters_on_meta():
         yield
     finally:
         nn.Module.register_parameter = register
+
+
+@contextlib.contextmanager
+def default_dtype(dtype):
+    """Parameters made in ``dtype`` from the start: 8B in float32 first would be 32 GB."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)

@@ -18,13 +18,12 @@ with it (benchmarks/llm_batch_bench.py); its linears of eight rows run on the te
 wave of 128 to 448 programs, and a batch of one (GEMVs of 528 programs or more) gains from it.
 """
 
-import contextlib
 import importlib.util
 import math
 from pathlib import Path
 
 import torch
-from _wrappers import parameters_on_meta
+from _wrappers import default_dtype, parameters_on_meta
 
 
 def _sample():
@@ -41,22 +40,12 @@ SHAPE = llm_decode.Shape(vocab=128256, dim=4096, layers=32, heads=32, kv_heads=8
                          max_batch=BATCH, max_seq=MAX_SEQ, rope_theta=500000.0)
 
 
-@contextlib.contextmanager
-def _default_dtype(dtype):
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(before)
-
-
 def get_model(device="meta"):
     """``device="meta"``: parameters on the meta device (the build's model). Another device: random
     weights there from the start, each matrix N(0, 1 / fan_in), norms ones, in bf16."""
     torch.manual_seed(0)
     meta = torch.device(device).type == "meta"
-    with (parameters_on_meta() if meta else torch.device(device)), _default_dtype(llm_decode.DTYPE):
+    with (parameters_on_meta() if meta else torch.device(device)), default_dtype(llm_decode.DTYPE):
         model = llm_decode.Decoder(SHAPE)
     if not meta:
         with torch.no_grad():

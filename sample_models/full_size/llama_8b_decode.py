@@ -15,10 +15,9 @@ the eager reference and ``load(weights=model.state_dict())``::
         --name full_llama_8b_decode --out .carry/full/llama_8b_decode
 """
 
-import contextlib
 
 import torch
-from _wrappers import CacheStep, parameters_on_meta
+from _wrappers import CacheStep, default_dtype, parameters_on_meta
 
 MAX_CACHE = 1024
 VOCAB = 128256
@@ -35,17 +34,6 @@ def config(dtype=torch.bfloat16):
         torch_dtype=dtype)
 
 
-@contextlib.contextmanager
-def _default_dtype(dtype):
-    """Parameters made in ``dtype`` from the start: 8B in float32 first would be 32 GB."""
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(before)
-
-
 def get_model(dtype=torch.bfloat16, device="meta"):
     """``device="meta"``: parameters on the meta device, buffers on the CPU (the build's model).
     Another device: the model with random weights made there from the start (the cache's
@@ -56,7 +44,7 @@ def get_model(dtype=torch.bfloat16, device="meta"):
     torch.manual_seed(0)
     meta = torch.device(device).type == "meta"
     where = parameters_on_meta() if meta else torch.device(device)
-    with where, _default_dtype(dtype):
+    with where, default_dtype(dtype):
         model = LlamaForCausalLM(config(dtype)).to(dtype).eval()
     model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static",
                                                cache_config={"batch_size": 1, "max_cache_len": MAX_CACHE})
