@@ -18,7 +18,8 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from performance_format import ROOT, jsonl, ms, ratio, shown, span, table
+from performance_llm import section_llm_batch, section_sampling, section_tensor_parallel
 
 SOURCES = {
     # benchmarks/zoo_bench.py: eager, reduce-overhead, our default call and serving path, one process per model
@@ -36,6 +37,10 @@ SOURCES = {
     "axes": ["axes/axes_bench.jsonl"],
     # benchmarks/tp_bench.py under torchrun: a tensor-parallel decode step against one GPU and torch's own TP
     "tensor_parallel": ["tp/tp_bench_h100.jsonl"],
+    # benchmarks/llm_batch_bench.py: Llama 3 8B decode, eight sequences at eight positions
+    "llm_batch": ["llm_batch/llm_batch_bench_targets.jsonl", "llm_batch/llm_batch_bench.jsonl"],
+    # benchmarks/sampling_bench.py: a decode step with and without the sampling head
+    "sampling": ["sampling/sampling_bench_before_split.jsonl", "sampling/sampling_bench.jsonl"],
     # benchmarks/bench.py (fresh processes, torch.compile cold and warm) and bench_coldstart.py
     "cold_start": ["results.json", "cold_start.json"],
 }
@@ -61,23 +66,11 @@ def _path(results: Path, name: str) -> Path:
     return path
 
 
-def _jsonl(path: Path) -> list[dict]:
-    """The JSON objects of a file, one a line; other lines (warnings, tables) are skipped."""
-    rows = []
-    for line in path.read_text().splitlines():
-        if line.startswith("{"):
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return rows
-
-
 def _rows(results: Path, names: list[str]) -> dict[str, dict]:
     """Rows by model, a later file's replacing an earlier one's."""
     rows: dict[str, dict] = {}
     for name in names:
-        for row in _jsonl(_path(results, name)):
+        for row in jsonl(_path(results, name)):
             if "model" in row:
                 rows[row["model"]] = row
     return rows
@@ -108,28 +101,6 @@ def device_of(results: Path, name: str) -> str:
 
 
 # --- formatting --------------------------------------------------------------------------------
-
-
-def ms(value) -> str:
-    return "–" if value is None else f"{value:.3f}"
-
-
-def ratio(a, b) -> str:
-    return "–" if not a or not b else f"{a / b:.2f}×"
-
-
-def span(values: list[float]) -> str:
-    values = [v for v in values if v]
-    return "–" if not values else f"{min(values):.2f}–{max(values):.2f}×"
-
-
-def table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(r) + " |" for r in rows]
-
-
-def shown(path: Path) -> str:
-    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
 
 
 def sources_line(results: Path, names: list[str]) -> str:
@@ -261,7 +232,7 @@ def section_axes(results: Path) -> list[str]:
     path = _path(results, SOURCES["axes"][0])
     if not path.is_file():
         return []
-    rows = _jsonl(path)
+    rows = jsonl(path)
     lines = table(["batch × seq", "eager", "RO dynamic=True", "exact shape", "dynamic", "op by op",
                    "dynamic / exact", "RO / dynamic"],
                   [[f"{r['batch']} × {r['seq']}", ms(r["eager_ms"]), ms(r.get("compile_ro_ms")), ms(r["exact_ms"]),
@@ -274,27 +245,6 @@ def section_axes(results: Path) -> list[str]:
              "(`benchmarks/axes_bench.py`). At 1 × 7 the exact build runs our skinny linears and decode attention, "
              "which take static sizes; the dynamic one cuBLAS and SDPA."), "",
             *lines, "", sources_line(results, SOURCES["axes"]), ""]
-
-
-def section_tensor_parallel(results: Path) -> list[str]:
-    path = results / SOURCES["tensor_parallel"][0]
-    if not path.is_file():
-        return []
-    rows = _jsonl(path)
-    lines = table(["model", "ranks", "ours, one GPU", "ours, TP", "torch TP + RO", "TP / one GPU",
-                   "torch TP RO / ours TP", "TP: % of copy bandwidth per rank"],
-                  [[r["model"], str(r["world"]), ms(r["ours_one_gpu_ms"]), ms(r["ours_tp_ms"]),
-                    ms(r.get("torch_tp_ro_ms")), ratio(r["ours_tp_ms"], r["ours_one_gpu_ms"]),
-                    ratio(r.get("torch_tp_ro_ms"), r["ours_tp_ms"]), f"{100 * r['ours_tp_copy_fraction']:.0f} %"]
-                   for r in rows])
-    where = ", ".join(sorted({f"{r['device']} x {r['world']}, torch {r['torch']}" for r in rows}))
-    return ["## Tensor parallel", "",
-            ("A decode step (batch 1, cache position 512) of `sample_models/full_size/` built with `--tensor-parallel "
-             "2` against the one-GPU package (rank 0 alone) and the same model split by torch's `parallelize_module` "
-             "with the same plan under `torch.compile(mode=\"reduce-overhead\")`, all under `torchrun` in one run "
-             "(`benchmarks/tp_bench.py`); milliseconds per token, medians. Bytes per rank: the weights a rank holds "
-             "but the embedding table, and the cache written so far."), "",
-            *lines, "", f"Source: `{shown(path)}` ({where}).", ""]
 
 
 # --- the document ------------------------------------------------------------------------------
@@ -354,7 +304,8 @@ def document(results: Path) -> str:
     ]
     body = (samples + zoo + full + section_llm(results, full_rows) + section_first_output(results)
             + section_cold_start(results) + section_shapes(results) + section_axes(results)
-            + section_tensor_parallel(results))
+            + section_tensor_parallel(results, SOURCES["tensor_parallel"])
+            + section_llm_batch(results, SOURCES["llm_batch"]) + section_sampling(results, SOURCES["sampling"]))
     return "\n".join(head + body).rstrip() + "\n"
 
 
