@@ -164,8 +164,8 @@ def test_int4_grouped_at_a_few_rows_on_the_tensor_cores(tmp_path, rows):
     assert all(dtype == "uint8" or shape == (shape[0], 512 // GROUP) for dtype, shape in weights.values())
 
 
-@pytest.mark.parametrize("layout", ["high_first", "symmetric", "offset"])
-def test_other_int4_layouts_as_gemvs(tmp_path, layout):
+@pytest.mark.parametrize("layout", ["point", "high_first", "symmetric", "offset"])
+def test_int4_layouts_as_gemvs(tmp_path, layout):
     result = _build_and_check(Block(_int4(layout)), 1, tmp_path)
     kernels = _ours(result)
     assert len(kernels) == 3 and all("weight int4" in k and "gemv" in k for k in kernels)

@@ -12,8 +12,9 @@ from ....runtime.manifest import ITEMSIZE
 from ... import graph as g
 from ...codegen.render import render
 from ..common import POINTER_TYPE, TRITON_DTYPE, cdiv
+from . import quant_gemv
 from . import recipe as recipes  # FP32_DOT_PRECISION read at each call: benchmarks/fused_linear_bench.py sets it
-from .recipe import EPILOGUE_OPS, OP, Recipe, Tiles, tiles
+from .recipe import EPILOGUE_OPS, GEMV_MAX_ROWS, OP, Recipe, Tiles, tiles
 
 
 def _number(value: float) -> str:
@@ -34,7 +35,9 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
     out = spec[op.out]
     if tuple(out.stride) != (r.n, 1):
         raise ValueError(f"{op.out}: a fused linear's output must be a whole [{r.m}, {r.n}] matrix, not {out}")
-    t = config or tiles(r.m, r.n, r.k, r.dtype, glu=r.glu)
+    t = config or tiles(r.m, r.n, r.k, r.dtype, glu=r.glu, bits=r.quant.bits if r.quant else 16)
+    if r.quant and t.gemv and quant_gemv.chunk_bytes(r, t) is None:  # no chunk fits a group: tl.dot's tiles
+        t = tiles(GEMV_MAX_ROWS + 1, r.n, r.k, r.dtype, glu=r.glu)
     names = (["bias_ptr"] if r.bias else []) + (["norm_weight_ptr"] if r.norm_weight else []) + (
         ["norm_bias_ptr"] if r.norm_bias else []) + [f"e{i}_ptr" for i in range(len(r.extras))]
     kinds = dict(zip(names, ([r.bias] if r.bias else []) + ["row"] * (r.norm_weight + r.norm_bias) + list(r.extras)))
@@ -53,12 +56,16 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
     by_param = dict(zip(params, values))
     lines = []
     products = ["acc", "acc_up"] if r.glu else ["acc"]
-    quant = None
-    if r.quant:
-        quant = {p: _dequantize_lines(r, spec[weight.name], t.gemv, i) for i, p in enumerate(products)}
-        if r.quant.per_channel(r.k):
-            lines += [f"{p} = {p} * tl.load(scale_ptr + {i * r.n} + rn, mask=mask_n, other=0.0).to(tl.float32)[None, :]"
-                      for i, p in enumerate(products)]
+    quant = qgemv = None
+    if r.quant and t.gemv:
+        qspecs = {"x": spec[x.name], "w": spec[weight.name]}
+        qspecs.update({p: spec[by_param[p]] for p in ("norm_weight_ptr", "norm_bias_ptr") if p in by_param})
+        qgemv = quant_gemv.loop(r, qspecs, t, spec[x.name].stride, products)
+    elif r.quant:
+        quant = {p: _dequantize_lines(r, spec[weight.name], i) for i, p in enumerate(products)}
+    if r.quant and r.quant.per_channel(r.k):
+        lines += [f"{p} = {p} * tl.load(scale_ptr + {i * r.n} + rn, mask=mask_n, other=0.0).to(tl.float32)[None, :]"
+                  for i, p in enumerate(products)]
     if r.bias:
         lines += [f"{p} = {p} + {load('bias_ptr', by_param['bias_ptr'], i * r.n)}" for i, p in enumerate(products)]
     if r.epilogue and r.dtype != "float32":
@@ -85,7 +92,8 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
         norm=norm, operand_type=TRITON_DTYPE[r.dtype], epilogue=lines, result=r.result,
         out_type=TRITON_DTYPE[r.out_dtype],
         dot_options=f', input_precision="{recipes.FP32_DOT_PRECISION}"' if r.dtype == "float32" else "",
-        glu=r.glu, quant=quant, glu_offset=r.n * (w_stride[0] if r.weight_layout == "nk" else w_stride[1]), gemv=t.gemv,
+        glu=r.glu, quant=quant, qgemv=qgemv, gemv=t.gemv,
+        glu_offset=r.n * (w_stride[0] if r.weight_layout == "nk" else w_stride[1]),
         sum_once=t.gemv and t.sum_once,
     )
     source = render("fused_linear.py.j2", name="KERNEL", **context)
@@ -103,32 +111,24 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
     return kernel, tuple(g.Ref(v) for v in values)
 
 
-def _as_float(value: str, offset: int) -> str:
-    """``value`` (int32; plus ``offset``, in 0..255) as float32 without the conversion instruction
-    (``recipe.QUANT_CONVERT`` "bits"): or'ed into the bits of 2^23, which is then subtracted."""
-    shifted = f"({value}) + {offset}" if offset else f"({value})"
-    return f"(({shifted}) | 0x4B000000).to(tl.float32, bitcast=True) - {8388608.0 + offset!r}"
-
-
-def _dequantize_lines(r: Recipe, q: g.TensorSpec, gemv: bool, half: int) -> list[str]:
-    """The lines that load one tile of the quantized W (its ``half``-th N rows: glu) into ``w``,
-    dequantized: [BLOCK_N, BLOCK_K] for the GEMV, [BLOCK_K, BLOCK_N] in the operands' dtype
-    for ``tl.dot``. A scale per output channel is left to the product (``kernel_for``)."""
+def _dequantize_lines(r: Recipe, q: g.TensorSpec, half: int) -> list[str]:
+    """The lines that load one [BLOCK_K, BLOCK_N] tile of the quantized W (its ``half``-th N rows:
+    glu) into ``w``, dequantized, in the operands' dtype for ``tl.dot`` (a GEMV's: ``quant_gemv``).
+    A scale per output channel is left to the product (``kernel_for``)."""
     quant, groups, q_stride = r.quant, r.k // r.quant.group, q.stride
-    rn, rk, mask = (("rn[:, None]", "rk[None, :]", "mask_n[:, None] & mask_k[None, :]") if gemv
-                    else ("rn[None, :]", "rk[:, None]", "mask_k[:, None] & mask_n[None, :]"))
+    rn, rk, mask = "rn[None, :]", "rk[:, None]", "mask_k[:, None] & mask_n[None, :]"
     start = f"{half * r.n * q_stride[0]} + " if half else ""
     bits = recipes.QUANT_CONVERT == "bits"
     if quant.bits == 8:
         load = f"w = tl.load(w_ptr + {start}{rn} * {q_stride[0]} + {rk} * {q_stride[1]}, mask={mask}, other=0)"
-        lines = ([load + ".to(tl.int32)", f"w = {_as_float('w', 128 if q.dtype == 'int8' else 0)}"] if bits
+        lines = ([load + ".to(tl.int32)", f"w = {quant_gemv.as_float('w', 128 if q.dtype == 'int8' else 0)}"] if bits
                  else [load + ".to(tl.float32)"])
     else:  # two weights a byte along k
         shift = f"(1 - {rk} % 2) * 4" if quant.high_first else f"({rk} % 2) * 4"
         nibble = f"(w >> ({shift})) & 15"
         lines = [f"w = tl.load(w_ptr + {start}{rn} * {q_stride[0]} + ({rk} // 2) * {q_stride[1]}, mask={mask}, "
                  "other=0).to(tl.int32)",
-                 f"w = {_as_float(nibble, 0)}" if bits else f"w = ({nibble}).to(tl.float32)"]
+                 f"w = {quant_gemv.as_float(nibble, 0)}" if bits else f"w = ({nibble}).to(tl.float32)"]
     if quant.zero_value:
         lines.append(f"w = w - {_number(quant.zero_value)}")
     if not quant.per_channel(r.k):
@@ -142,8 +142,7 @@ def _dequantize_lines(r: Recipe, q: g.TensorSpec, gemv: bool, half: int) -> list
         lines.append(f"w = w * {per_group('scale_ptr')}")
         if quant.zero == "offset":
             lines.append(f"w = w + {per_group('zero_ptr')}")
-    if not gemv:
-        lines.append(f"w = w.to({TRITON_DTYPE[r.dtype]})")
+    lines.append(f"w = w.to({TRITON_DTYPE[r.dtype]})")
     return lines
 
 

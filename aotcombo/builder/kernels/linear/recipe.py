@@ -50,18 +50,29 @@ DECODE_MAX_ROWS, DECODE_BLOCK_N, DECODE_MAX_BLOCK_K = 8, 32, 256
 DECODE_DTYPES = (torch.bfloat16, torch.float16)
 # A weight-only quantized weight (quant.py) reads a quarter to a half of the bytes of a 16-bit
 # one for the same products: up to 16 rows ours (dequantized in registers); more, Inductor's
-# dequantize-then-matmul (the weight dequantized per call, as the model wrote it). At one row
-# they run well under the bandwidth (H100, Llama 3.2 1B step, quantized_llm_bench.py, 2026-11-26:
-# int8 0.98 ms at 42 % of copy bandwidth, int4 two a byte 1.32 ms at 16 %, bf16 1.09 ms at 76 %);
-# k steps of 16 / bits times the elements (a tile of a 16-bit one's bytes) and the int4 bytes
-# loaded once with their nibbles interleaved (tl.interleave) changed neither (0.98, 1.32): not
-# kept. QUANT_CONVERT "bits" makes each integer a float by bit operations (its bits or'ed into
-# 2^23's, 2^23 subtracted: exact for 0..255) instead of the conversion instruction (16 a clock
-# per SM on sm_80/sm_90, against 64 to 128 for integer and float ones). Measured (H100, the 1B
-# step, 2026-11-26, bf16 1.114 ms at 74 %): int8 0.998 -> 0.908 ms (41 -> 45 % of copy
-# bandwidth), int4 1.344 -> 1.331 ms (16 %: it did not move); "cvt" converts.
+# dequantize-then-matmul (the weight dequantized per call, as the model wrote it). One row: a loop
+# of its own (quant_gemv.py): W's bytes as [BLOCK_N, chunks, 16] tiles, a thread's 16 contiguous
+# bytes one 128-bit load, x (and the norm's weight) loaded in that shape so that every load of the
+# loop takes the bytes' layout, a chunk's products summed in its thread (fused multiply-adds) and
+# scaled once, int4's byte used whole (lo x0 + hi x1 = b x0 + hi (x1 - 16 x0)); k steps of 16 / bits
+# times a 16-bit GEMV's elements (its tile's bytes), GEMV_QUANT_WARPS warps. The 16-bit GEMV's loop
+# it replaces had Triton move W's tile or x through shared memory every k step (to one layout:
+# 12 to 212 shared-memory instructions and barriers a thread), loaded the int4 bytes once per nibble
+# and the group scale once per weight. SASS a weight byte, whole program, the 1B's five linears
+# (sm_90, "bits"): int8 10.4-14.9 -> 5.8-10.7, int4 31-50 -> 12-20 (the norm's x work weighs most).
+# H100, Llama 3.2 1B step at batch 1, quantized_llm_bench.py, ms/token (% of copy bandwidth),
+# 2026-11-26: the 16-bit GEMV's loop, bf16 1.114 (74 %), int8 0.998 (41 %), int4 two a byte, group
+# 128, 1.344 (16 %); QUANT_CONVERT "bits" int8 0.908 (45 %), int4 1.331 (16 %: it did not move);
+# k steps of 16 / bits times the elements and the int4 bytes loaded once, interleaved, changed
+# neither. The loop of its own, "bits" (positions 5 / 1000): bf16 1.094 / 1.090 (75 / 77 %), int8
+# 0.756 / 0.750 (55 / 56 %: 0.69x bf16), int4 0.680 / 0.678 (31 / 33 %: 0.62x); GEMV_QUANT_WARPS 2
+# (twice the rows a thread, a fifth fewer instructions a byte) the same: 0.754, 0.686.
+# QUANT_CONVERT "bits" makes each integer a float by bit operations (its bits or'ed into 2^23's,
+# 2^23 subtracted: exact for 0..255) instead of the conversion instruction (16 a clock per SM on
+# sm_80/sm_90, against 64 to 128 for integer and float ones); "cvt" converts.
 QUANT_MAX_ROWS = 16
 QUANT_CONVERT = "bits"  # or "cvt"
+GEMV_QUANT_WARPS = 4  # a quantized GEMV's
 # float32 products as three tf32 ones (tensor cores): 1.2-1.8e-7 from float64, below the
 # 2.4-4.1e-7 of Triton's "ieee" dot, and 1.7-3x faster.
 FP32_DOT_PRECISION = "tf32x3"
@@ -181,7 +192,7 @@ class Tiles:
     sum_once: bool = False  # gemv: products summed per lane across the k loop, across lanes after it
 
 
-def tiles(m: int, n: int, k: int, dtype: str, glu: bool = False) -> Tiles:
+def tiles(m: int, n: int, k: int, dtype: str, glu: bool = False, bits: int = 16) -> Tiles:
     """Tiles by rule (the fastest configs measured, for parallelism). Up to ``GEMV_MAX_ROWS``
     rows: a GEMV, all rows in one tile, 4 warps: ``GEMV_BLOCK_N`` x ``GEMV_BLOCK_K`` (k steps
     at most k), summed once, the columns halved while under ``GEMV_MIN_PROGRAMS`` programs,
@@ -190,18 +201,20 @@ def tiles(m: int, n: int, k: int, dtype: str, glu: bool = False) -> Tiles:
     16-bit, up to ``DECODE_MAX_ROWS``: 16 x ``DECODE_BLOCK_N``, k steps of up to
     ``DECODE_MAX_BLOCK_K``, 4 warps, 3 stages. Else 64 x 64 (16 rows for float32), shrunk rows
     first to 16, then columns to 32, while under ``MIN_PROGRAMS`` programs; k steps of 64, 128
-    for few rows or a k of 128 (float32: 32); 4 warps; 3 stages (float32: 2)."""
+    for few rows or a k of 128 (float32: 32); 4 warps; 3 stages (float32: 2). A GEMV over ``bits``-bit
+    quantized weights takes k steps of 16 / ``bits`` times the elements (a 16-bit tile's bytes) and
+    ``GEMV_QUANT_WARPS`` warps."""
     wide = dtype != "float32"
     if m <= GEMV_MAX_ROWS:
-        block_m = next_power_of_2(m)
+        block_m, warps = next_power_of_2(m), 4 if bits == 16 else GEMV_QUANT_WARPS
         if glu:
             block_n, block_k = GEMV_GLU_TILES
-            return Tiles(block_m, block_n, min(next_power_of_2(k), block_k), 4, 1, gemv=True)
+            return Tiles(block_m, block_n, min(next_power_of_2(k), block_k * 16 // bits), warps, 1, gemv=True)
         block_n = GEMV_BLOCK_N
         while cdiv(n, block_n) < GEMV_MIN_PROGRAMS and block_n > GEMV_MIN_BLOCK_N:
             block_n //= 2
-        block_k = max(GEMV_BLOCK_K, GEMV_MIN_TILE // block_n)
-        return Tiles(block_m, block_n, min(next_power_of_2(k), block_k), 4, 1, gemv=True, sum_once=True)
+        block_k = max(GEMV_BLOCK_K, GEMV_MIN_TILE // block_n) * 16 // bits
+        return Tiles(block_m, block_n, min(next_power_of_2(k), block_k), warps, 1, gemv=True, sum_once=True)
     if wide and m <= DECODE_MAX_ROWS:
         block_k = min(next_power_of_2(k), DECODE_MAX_BLOCK_K)
         return Tiles(16, DECODE_BLOCK_N, block_k, num_warps=4, num_stages=3)

@@ -1,0 +1,223 @@
+"""The loop of a quantized GEMV (one row of x against weight-only quantized bytes, ``quant.py``):
+the lines ``templates/fused_linear.py.j2`` puts in its ``qgemv`` block.
+
+W's bytes are read as [BLOCK_N, CHUNKS, CHUNK] tiles: each thread's CHUNK (16) contiguous bytes
+one vector load, each byte once. Every other tensor of the loop (x, the norm's weight) is loaded
+in that same shape, its pointers broadcast over the rows, so that Triton gives all the loads
+the bytes' layout (``Coalesce`` takes the widest vector among the loads of one shape and order)
+and nothing is exchanged between threads inside the loop (x's rows are the same registers:
+loaded and converted once per thread). A chunk's products are summed in its thread, then
+multiplied by the chunk's scale (a group holds whole chunks: one scale load per chunk) and
+added to a per-chunk accumulator, summed over k once after the loop.
+
+int8: one weight a byte, ``x`` at the byte's k. int4: two a byte (k = 2 kb, 2 kb + 1; the low
+nibble first unless ``high_first``); a 16-bit x is loaded as 32-bit words, a pair of x a word,
+split by bit operations (no interleave), and the byte ``b = lo + 16 hi`` is used whole:
+``lo x_lo + hi x_hi = b x_lo + hi (x_hi - 16 x_lo)``, so a byte costs one float of itself and
+one of its high nibble. Integers become floats by or-ing their bits into a power of two's and
+subtracting it (``recipe.QUANT_CONVERT`` "bits"). A zero point, constant or tensor, is applied
+per chunk through the chunk's sum of x (with a scale per output channel and no tensor, the
+constant is folded into that subtraction).
+"""
+
+from __future__ import annotations
+
+from ....runtime.manifest import ITEMSIZE
+from ... import graph as g
+from . import recipe as recipes
+from .recipe import Recipe, Tiles
+
+CHUNK = 16  # bytes a thread loads at once (a 128-bit load)
+MAGIC = {23: ("0x4B000000", 8388608.0), 19: ("0x49000000", 524288.0)}  # 2^e: its bits, its value
+
+
+def as_float(value: str, offset: int) -> str:
+    """``value`` (int32; plus ``offset``, in 0..255) as float32 without the conversion instruction
+    (``recipe.QUANT_CONVERT`` "bits"): or'ed into the bits of 2^23, which is then subtracted."""
+    shifted = f"({value}) + {offset}" if offset else f"({value})"
+    return f"(({shifted}) | 0x4B000000).to(tl.float32, bitcast=True) - {8388608.0 + offset!r}"
+
+
+def chunk_bytes(r: Recipe, t: Tiles) -> int | None:
+    """The bytes of a chunk: up to ``CHUNK``, no more than a k step holds, each chunk inside one
+    group of the scale; None where no chunk fits a group (int4 with an odd group)."""
+    per_byte, step = 8 // r.quant.bits, t.block_k * r.quant.bits // 8
+    whole = r.quant.group == r.k  # one group: a chunk past k is masked
+    size = min(CHUNK, step)
+    while size >= 1 and not whole and r.quant.group % (size * per_byte):
+        size //= 2
+    return size if size >= 1 else None
+
+
+def _words(spec: g.TensorSpec) -> bool:
+    """A 16-bit tensor whose pairs along its last dim are aligned 32-bit words."""
+    return (ITEMSIZE[spec.dtype] == 2 and spec.stride[-1] == 1 and spec.storage_offset % 2 == 0
+            and all(s % 2 == 0 for s in spec.stride[:-1]))
+
+
+def _pairs(name: str, start: str, spec: g.TensorSpec, step: int, out: tuple[str, str]) -> list[str]:
+    """Lines loading the elements at k = 2 kb and 2 kb + 1 (``step`` apart along k) of a row
+    starting at ``start`` into the float32 ``out`` (even, odd): 32-bit words split by bit
+    operations where the pairs are aligned words."""
+    even, odd = out
+    if step != 1 or not _words(spec):
+        return [f"{even} = tl.load({start} + (2 * kb) * {step} + rows, mask=mask_b, other=0.0).to(tl.float32)",
+                f"{odd} = tl.load({start} + (2 * kb + 1) * {step} + rows, mask=mask_b, other=0.0).to(tl.float32)"]
+    lines = [f"{name}_w = tl.load(({start}).to(tl.pointer_type(tl.int32)) + kb + rows, mask=mask_b, other=0)"]
+    if spec.dtype == "bfloat16":  # a bfloat16 is the top half of its float32
+        return lines + [f"{even} = ({name}_w << 16).to(tl.float32, bitcast=True)",
+                        f"{odd} = ({name}_w & -65536).to(tl.float32, bitcast=True)"]
+    return lines + [f"{even} = ({name}_w & 65535).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)",
+                    f"{odd} = ({name}_w >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)"]
+
+
+def _normed(values: list[str], r: Recipe, norm_lines) -> list[str]:
+    """The norm applied to each of ``values``, in float32: not rounded to ``norm_cast`` and the
+    operands' dtype as eager rounds it (a conversion a value each, at an eighth of the float rate;
+    the products nearer the exact ones)."""
+    lines = []
+    for i, v in enumerate(values):
+        if r.norm == "layer":
+            lines.append(f"{v} = ({v} - mean[:, None, None]) * rstd[:, None, None]")
+        else:
+            lines.append(f"{v} = {v} * rstd[:, None, None]")
+        lines += norm_lines(v, i)
+    return lines
+
+
+def _x_lines(r: Recipe, specs: dict, x_stride: tuple, per_chunk: bool) -> list[str]:
+    """x at each byte's k: ``xa`` (int8) or ``xl``/``xh`` (int4: at the low / high nibble's k),
+    float32, the norm applied; int4's ``xd = xh - 16 xl``; and ``xs``, a chunk's sum, where a
+    zero point is applied per chunk."""
+    row = f"x_ptr + pid_m.to(tl.int64) * {x_stride[0]}"
+    x = specs["x"]
+    if r.quant.bits == 8:
+        lines = [f"xa = tl.load({row} + kb * {x_stride[1]} + rows, mask=mask_b, other=0.0).to(tl.float32)"]
+
+        def norm_lines(v, _):
+            out = []
+            for param, op in (("norm_weight_ptr", "*"), ("norm_bias_ptr", "+")):
+                if param in specs:
+                    out.append(f"{v} = {v} {op} tl.load({param} + kb * {specs[param].stride[-1]} + rows, mask=mask_b, "
+                               "other=0.0).to(tl.float32)")
+            return out
+        values = ["xa"]
+    else:
+        lines = _pairs("x", row, x, x_stride[1], ("xe", "xo"))
+        loaded = {}
+        for param in ("norm_weight_ptr", "norm_bias_ptr"):
+            if param in specs:
+                tag = param.split("_")[1]
+                lines += _pairs(tag, param, specs[param], specs[param].stride[-1], (f"{tag}_e", f"{tag}_o"))
+                loaded[param] = (f"{tag}_e", f"{tag}_o")
+
+        def norm_lines(v, i):
+            return [f"{v} = {v} {op} {loaded[param][i]}" for param, op in (("norm_weight_ptr", "*"),
+                                                                         ("norm_bias_ptr", "+")) if param in loaded]
+        values = ["xe", "xo"]
+    if r.norm:
+        lines += _normed(values, r, norm_lines)
+    if r.quant.bits == 4:
+        low, high = ("xo", "xe") if r.quant.high_first else ("xe", "xo")
+        lines += [f"xl, xh = {low}, {high}", "xd = xh - 16.0 * xl"]
+    if per_chunk and (r.quant.zero != "none" or r.quant.zero_value):
+        lines.append("xs = tl.sum(" + ("xa" if r.quant.bits == 8 else "xl + xh") + ", 2, keep_dims=True)")
+    return lines
+
+
+def _bits() -> bool:
+    return recipes.QUANT_CONVERT == "bits"
+
+
+def _minus(value: str, magic: int, constant: float, op: str = "|") -> str:
+    """``value`` (int32, an integer in the low bits of 2^``magic``'s) as float32 less ``constant``:
+    ``op``'ed into 2^``magic``'s bits, which is then subtracted, with ``constant`` if whole."""
+    bits, power = MAGIC[magic]
+    whole = float(constant).is_integer() and abs(constant) < 2 ** 16
+    as_float = f"(({value}) {op} {bits}).to(tl.float32, bitcast=True) - {power + (constant if whole else 0.0)!r}"
+    return as_float if whole else f"{as_float} - {float(constant)!r}"
+
+
+def _dequantized(r: Recipe, q: g.TensorSpec, zv: float) -> tuple[list[str], list[tuple[str, str]]]:
+    """Lines making the float32 values of the loaded bytes ``w`` (less ``zv``), and the (weight,
+    x) pairs whose products sum to the chunk's: int8 ``w`` by ``xa``; int4 the byte ``w`` by ``xl``
+    and its high nibble ``hi`` by ``xd`` (``w`` less 17 ``zv``: (lo - zv) + 16 (hi - zv))."""
+    if r.quant.bits == 8:
+        if not _bits():
+            line = "w.to(tl.float32)" + (f" - {float(zv)!r}" if zv else "")
+        elif q.dtype == "int8":  # its byte ^ 0x80 is w + 128, in 0..255 (the two xors one: with 0x4B000080)
+            line = _minus("w.to(tl.uint8, bitcast=True).to(tl.int32) ^ 128", 23, 128.0 + zv, "^")
+        else:
+            line = _minus("w.to(tl.int32)", 23, zv)
+        return [f"w = {line}"], [("w", "xa")]
+    if _bits():
+        lines = ["w = w.to(tl.int32)", "hi = " + _minus("w & 240", 19, zv), "w = " + _minus("w", 23, 17.0 * zv)]
+    else:
+        lines = ["w = w.to(tl.int32)", "hi = (w >> 4).to(tl.float32)" + (f" - {float(zv)!r}" if zv else ""),
+                 "w = w.to(tl.float32)" + (f" - {17.0 * zv!r}" if zv else "")]
+    return lines, [("w", "xl"), ("hi", "xd")]
+
+
+def _chained(pairs: list[tuple[str, str]], chunk: int, split: set) -> list[str]:
+    """``p``, the sum over a chunk (the last dim, in one thread) of the products of ``pairs``, one
+    product added at a time (fused multiply-adds; ``tl.sum`` adds a tree of products): each tensor
+    split into its ``chunk`` [BLOCK_N, CHUNKS, 1] parts (``split``: x's, split for an earlier product)."""
+    lines, parts = [], {}
+    for name in dict.fromkeys(t for pair in pairs for t in pair):
+        level, size = [name], chunk
+        while size > 1:
+            size //= 2
+            if name not in split:
+                lines += [f"{t}0, {t}1 = tl.split(tl.reshape({t}, [BLOCK_N, CHUNKS, {size}, 2]))" for t in level]
+            level = [f"{t}{i}" for t in level for i in (0, 1)]
+        parts[name] = level
+        if name.startswith("x"):
+            split.add(name)
+    terms = [f"{parts[a][i]} * {parts[b][i]}" for i in range(chunk) for a, b in pairs]
+    return lines + [f"p = {terms[0]}"] + [f"p += {t}" for t in terms[1:]]
+
+
+def _product_lines(r: Recipe, q: g.TensorSpec, half: int, product: str, chunk: int, split: set) -> list[str]:
+    """One product's W tile loaded, dequantized and summed: per chunk, scaled, into
+    ``{product}_c`` (or, a scale per output channel left to after the loop, per element)."""
+    quant = r.quant
+    per_chunk = not quant.per_channel(r.k)
+    start = f"{half * r.n * q.stride[0]} + " if half else ""
+    lines = [f"w = tl.load(w_ptr + {start}rn3 * {q.stride[0]} + kb * {q.stride[1]}, mask=mask_n3 & mask_b, other=0)"]
+    dequantized, pairs = _dequantized(r, q, 0.0 if per_chunk else quant.zero_value)
+    lines += dequantized
+    if not per_chunk:  # summed per element across the loop: the scale multiplies the sum
+        return lines + [f"{product}_c += " + " + ".join(f"{a} * {b}" for a, b in pairs)]
+    lines += _chained(pairs, chunk, split)
+    groups = r.k // quant.group
+    index = (f"{half * r.n * groups} + " if half else "") + f"rn3 * {groups} + kc // {quant.group}"
+    mask = f"mask_n3 & (kc < {r.k})"
+
+    def per_group(param: str) -> str:
+        return f"tl.load({param} + {index}, mask={mask}, other=0.0).to(tl.float32)"
+
+    zero = [f"{float(quant.zero_value)!r}"] if quant.zero_value else []
+    zero += [per_group("zero_ptr")] if quant.zero == "point" else []
+    if zero:  # sum(x (q - z)) = sum(x q) - z sum(x)
+        lines.append(f"p -= ({' + '.join(zero)}) * xs")
+    lines.append(f"{product}_c += p * {per_group('scale_ptr')}")
+    if quant.zero == "offset":
+        lines.append(f"{product}_c += {per_group('zero_ptr')} * xs")
+    return lines
+
+
+def loop(r: Recipe, specs: dict, t: Tiles, x_stride: tuple, products: list[str]) -> dict:
+    """The template's ``qgemv`` context: the chunk's size and count, the accumulators' width
+    and the loop's lines."""
+    chunk = chunk_bytes(r, t)
+    if t.block_m != 1 or chunk is None:
+        raise ValueError(f"no quantized GEMV of {r.quant.describe(r.k)} in tiles of {t.block_m} rows")
+    per_byte = 8 // r.quant.bits
+    per_chunk = not r.quant.per_channel(r.k)
+    lines = _x_lines(r, specs, x_stride, per_chunk) + ([f"kc = k0 + rc * {chunk * per_byte}"] if per_chunk else [])
+    split: set = set()
+    for half, product in enumerate(products):
+        lines += _product_lines(r, specs["w"], half, product, chunk, split)
+    chunks = t.block_k // per_byte // chunk
+    return {"chunk": chunk, "chunks": chunks, "per_byte": per_byte, "k_bytes": r.k // per_byte,
+            "width": 1 if per_chunk else chunk, "lines": [line.replace("CHUNKS", str(chunks)) for line in lines]}
