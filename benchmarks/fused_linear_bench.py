@@ -158,8 +158,11 @@ def reference(r: kernels_linear_recipe.Recipe, t: dict, dtype=None) -> torch.Ten
 
 def fused_kernel(r: kernels_linear_recipe.Recipe, t: dict, directory: Path,
                  config: kernels_linear_recipe.Tiles | None = None):
-    names = ["x", "w"] + [n for n in ("bias", "norm_weight", "norm_bias", "e0") if n in t]
-    specs = {n: g.TensorSpec(tuple(t[n].shape), tuple(t[n].stride()), r.dtype) for n in names + ["out"]}
+    """The launch of ``r``'s kernel (by the rule, or ``config``) on tensor sets like ``t``, and the kernel.
+    Operands in the recipe's order: a quantized weight's scale first (``quant_gemv_bench.py``)."""
+    names = ["x", "w"] + [n for n in ("scale", "bias", "norm_weight", "norm_bias", "e0") if n in t]
+    specs = {n: g.TensorSpec(tuple(t[n].shape), tuple(t[n].stride()), str(t[n].dtype).removeprefix("torch."))
+             for n in names + ["out"]}
     op = g.Extern(op=f"{kernels_linear_recipe.OP}.default",
                   args=(g.Ref("x"), g.Ref("w"), [g.Ref(n) for n in names[2:]], r.to_json()),
                   kwargs=(), out="out", writes=())
