@@ -171,3 +171,20 @@ def test_a_meta_model_is_traced_once_into_the_build_cache(tmp_path, monkeypatch)
     assert caches == [0, 1]
     assert {t.name for t in result.manifest.weights.tensors if t.external} == {
         "embed.weight", "q.weight|k.weight|v.weight", "head.weight"}
+
+
+@pytest.mark.slow
+def test_llama_8b_batch_builds_from_meta_parameters(tmp_path):
+    """sample_models/full_size/llama_8b_batch.py: 8B parameters on the meta device build into a
+    package of our kernels alone (its linears, its per-row attention), every parameter given at load."""
+    from aotcombo.testing.zoo import FULL_SIZE_DIR, model_file
+
+    source = model_file("llama_8b_batch", FULL_SIZE_DIR)
+    model = source.get_model()
+    result = build_package(model, source.get_example_inputs(), arch=["sm_90"], name="batch_8b", out=tmp_path,
+                           cache=False, weights="external")
+    assert all(p.is_meta for p in model.parameters())
+    assert result.summary()["extern_calls"] == 0
+    given = set().union(*(t.name.split("|") for t in result.manifest.weights.tensors if t.external))
+    assert {name for name, _ in model.named_parameters()} <= given
+    assert result.wheel.stat().st_size < 8 << 20  # the 16 GB stay out of the wheel
