@@ -60,7 +60,7 @@ def main() -> None:
            "torch": torch.__version__}
     with torch.no_grad():
         eager, reference, loaded = batch_models(source, import_package(args.package), device)
-        checks = check_batch_steps(source, loaded, eager, reference, args.steps, device)
+        checks = check_batch_steps(source, eager, reference, loaded, args.steps, device)
         row["checks"], row["ok"] = checks, all(c["ok"] for c in checks)
         print(json.dumps({"checks": checks}), flush=True)
         del reference, loaded

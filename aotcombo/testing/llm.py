@@ -148,7 +148,7 @@ def batch_models(source, package, device="cuda", graphs: bool | None = None) -> 
     return eager, reference, loaded
 
 
-def check_batch_steps(source, loaded, eager, reference, steps: int, device="cuda") -> list[dict]:
+def check_batch_steps(source, eager, reference, loaded, steps: int, device="cuda") -> list[dict]:
     """``steps`` decode steps of eight sequences, each row a position further every step (from
     ``source.get_example_inputs``' positions): per step the package's logits against the float32
     model's, within max(1e-2, 2 x eager's own error) in relative L2 (test_gpu_llm.py's rule)."""

@@ -15,7 +15,6 @@ the eager reference and ``load(weights=model.state_dict())``::
         --name full_llama_8b_decode --out .carry/full/llama_8b_decode
 """
 
-
 import torch
 from _wrappers import CacheStep, default_dtype, parameters_on_meta
 

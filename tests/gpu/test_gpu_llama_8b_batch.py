@@ -27,10 +27,5 @@ def test_eight_positions_match_eager(graphs):
     package = import_package("full_llama_8b_batch")
     source = model_file("llama_8b_batch", FULL_SIZE_DIR)
     with torch.no_grad():
-        rows = check_batch_steps(source, *_models(source, package, graphs), STEPS)
+        rows = check_batch_steps(source, *batch_models(source, package, graphs=graphs), STEPS)
     assert all(r["ok"] for r in rows), rows
-
-
-def _models(source, package, graphs):
-    eager, reference, loaded = batch_models(source, package, graphs=graphs)
-    return loaded, eager, reference

@@ -60,7 +60,7 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
     if r.quant and t.gemv:
         qspecs = {"x": spec[x.name], "w": spec[weight.name]}
         qspecs.update({p: spec[by_param[p]] for p in ("norm_weight_ptr", "norm_bias_ptr") if p in by_param})
-        qgemv = quant_gemv.loop(r, qspecs, t, spec[x.name].stride, products)
+        qgemv = quant_gemv.loop(r, qspecs, t, products)
     elif r.quant:
         quant = {p: _dequantize_lines(r, spec[weight.name], i) for i, p in enumerate(products)}
     if r.quant and r.quant.per_channel(r.k):

@@ -34,8 +34,7 @@ MAGIC = {23: ("0x4B000000", 8388608.0), 19: ("0x49000000", 524288.0)}  # 2^e: it
 def as_float(value: str, offset: int) -> str:
     """``value`` (int32; plus ``offset``, in 0..255) as float32 without the conversion instruction
     (``recipe.QUANT_CONVERT`` "bits"): or'ed into the bits of 2^23, which is then subtracted."""
-    shifted = f"({value}) + {offset}" if offset else f"({value})"
-    return f"(({shifted}) | 0x4B000000).to(tl.float32, bitcast=True) - {8388608.0 + offset!r}"
+    return _minus(f"({value}) + {offset}" if offset else f"({value})", 23, float(offset))
 
 
 def chunk_bytes(r: Recipe, t: Tiles) -> int | None:
@@ -85,12 +84,13 @@ def _normed(values: list[str], r: Recipe, norm_lines) -> list[str]:
     return lines
 
 
-def _x_lines(r: Recipe, specs: dict, x_stride: tuple, per_chunk: bool) -> list[str]:
+def _x_lines(r: Recipe, specs: dict, per_chunk: bool) -> list[str]:
     """x at each byte's k: ``xa`` (int8) or ``xl``/``xh`` (int4: at the low / high nibble's k),
     float32, the norm applied; int4's ``xd = xh - 16 xl``; and ``xs``, a chunk's sum, where a
     zero point is applied per chunk."""
-    row = f"x_ptr + pid_m.to(tl.int64) * {x_stride[0]}"
     x = specs["x"]
+    x_stride = x.stride
+    row = f"x_ptr + pid_m.to(tl.int64) * {x_stride[0]}"
     if r.quant.bits == 8:
         lines = [f"xa = tl.load({row} + kb * {x_stride[1]} + rows, mask=mask_b, other=0.0).to(tl.float32)"]
 
@@ -206,7 +206,7 @@ def _product_lines(r: Recipe, q: g.TensorSpec, half: int, product: str, chunk: i
     return lines
 
 
-def loop(r: Recipe, specs: dict, t: Tiles, x_stride: tuple, products: list[str]) -> dict:
+def loop(r: Recipe, specs: dict, t: Tiles, products: list[str]) -> dict:
     """The template's ``qgemv`` context: the chunk's size and count, the accumulators' width
     and the loop's lines."""
     chunk = chunk_bytes(r, t)
@@ -214,7 +214,7 @@ def loop(r: Recipe, specs: dict, t: Tiles, x_stride: tuple, products: list[str])
         raise ValueError(f"no quantized GEMV of {r.quant.describe(r.k)} in tiles of {t.block_m} rows")
     per_byte = 8 // r.quant.bits
     per_chunk = not r.quant.per_channel(r.k)
-    lines = _x_lines(r, specs, x_stride, per_chunk) + ([f"kc = k0 + rc * {chunk * per_byte}"] if per_chunk else [])
+    lines = _x_lines(r, specs, per_chunk) + ([f"kc = k0 + rc * {chunk * per_byte}"] if per_chunk else [])
     split: set = set()
     for half, product in enumerate(products):
         lines += _product_lines(r, specs["w"], half, product, chunk, split)
