@@ -238,6 +238,18 @@ def test_the_tile_rule():
     assert kernels_linear_recipe.tiles(1, 1536, 1024, "bfloat16") == Tiles(1, 2, 1024, 4, 1, gemv=True, sum_once=True)
     assert kernels_linear_recipe.tiles(1, 1024, 2816, "bfloat16") == Tiles(1, 2, 1024, 4, 1, gemv=True, sum_once=True)
     assert kernels_linear_recipe.tiles(1, 14336, 4096, "bfloat16", glu=True) == Tiles(1, 4, 1024, 4, 1, gemv=True)
+    # quantized weights, one row: 8 KB of W a program and step, k steps of 2048, the columns halved
+    # while under 264 programs; a GLU 4 rows, k steps of 2048 int8 or 4096 int4 (at most k)
+    assert kernels_linear_recipe.tiles(1, 3072, 2048, "bfloat16", bits=8) == Tiles(1, 4, 2048, 4, 1, gemv=True,
+                                                                                  sum_once=True)
+    assert kernels_linear_recipe.tiles(1, 3072, 2048, "bfloat16", bits=4) == Tiles(1, 8, 2048, 4, 1, gemv=True,
+                                                                                  sum_once=True)
+    assert kernels_linear_recipe.tiles(1, 2048, 8192, "bfloat16", bits=4) == Tiles(1, 4, 2048, 4, 1, gemv=True,
+                                                                                  sum_once=True)
+    assert kernels_linear_recipe.tiles(1, 8192, 2048, "bfloat16", glu=True, bits=8) == Tiles(1, 4, 2048, 4, 1,
+                                                                                            gemv=True)
+    assert kernels_linear_recipe.tiles(1, 8192, 4096, "bfloat16", glu=True, bits=4) == Tiles(1, 4, 4096, 4, 1,
+                                                                                            gemv=True)
     assert kernels_linear_recipe.tiles(1, 20, 8, "bfloat16") == Tiles(1, 2, 8, 4, 1, gemv=True, sum_once=True)
     assert kernels_linear_recipe.tiles(8, 1536, 1024, "bfloat16") == Tiles(16, 32, 256, 4, 3)  # batch 8: long k steps
     assert kernels_linear_recipe.tiles(1, 1536, 1024, "float32") == Tiles(1, 2, 1024, 4, 1, gemv=True, sum_once=True)

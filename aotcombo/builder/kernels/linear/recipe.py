@@ -70,9 +70,16 @@ DECODE_DTYPES = (torch.bfloat16, torch.float16)
 # QUANT_CONVERT "bits" makes each integer a float by bit operations (its bits or'ed into 2^23's,
 # 2^23 subtracted: exact for 0..255) instead of the conversion instruction (16 a clock per SM on
 # sm_80/sm_90, against 64 to 128 for integer and float ones); "cvt" converts.
+# Its tiles (but a GLU's): QUANT_GEMV_TILE_BYTES of W a program and step, k steps of QUANT_GEMV_BLOCK_K
+# elements (int8 4 x 2048, int4 8 x 2048), the columns halved while under QUANT_GEMV_MIN_PROGRAMS programs,
+# down to GEMV_MIN_BLOCK_N. H100, quant_gemv_bench.py (2026-11-26, results/quant_gemv/), microseconds, the
+# 1B's linears, the rule before -> now: int8 q/k/v 6.05 -> 5.16, o 3.63 -> 3.43, down 10.49 -> 10.64,
+# lm head 115.0 -> 97.7; int4 q/k/v 5.38 -> 5.18, o 3.94 -> 3.76, down 7.86 -> 7.68, lm head 79.4 (same);
+# the 1B step (quantized_llm_bench.py, position 5): int8 0.756 -> 0.719 ms (0.665x bf16's 1.082), int4 0.680 -> 0.669.
 QUANT_MAX_ROWS = 16
 QUANT_CONVERT = "bits"  # or "cvt"
 GEMV_QUANT_WARPS = 4  # a quantized GEMV's
+QUANT_GEMV_TILE_BYTES, QUANT_GEMV_BLOCK_K, QUANT_GEMV_MIN_PROGRAMS = 8192, 2048, 2 * 132
 # float32 products as three tf32 ones (tensor cores): 1.2-1.8e-7 from float64, below the
 # 2.4-4.1e-7 of Triton's "ieee" dot, and 1.7-3x faster.
 FP32_DOT_PRECISION = "tf32x3"
@@ -202,14 +209,21 @@ def tiles(m: int, n: int, k: int, dtype: str, glu: bool = False, bits: int = 16)
     ``DECODE_MAX_BLOCK_K``, 4 warps, 3 stages. Else 64 x 64 (16 rows for float32), shrunk rows
     first to 16, then columns to 32, while under ``MIN_PROGRAMS`` programs; k steps of 64, 128
     for few rows or a k of 128 (float32: 32); 4 warps; 3 stages (float32: 2). A GEMV over ``bits``-bit
-    quantized weights takes k steps of 16 / ``bits`` times the elements (a 16-bit tile's bytes) and
-    ``GEMV_QUANT_WARPS`` warps."""
+    quantized weights: ``QUANT_GEMV_TILE_BYTES`` of W a step, k steps of ``QUANT_GEMV_BLOCK_K``, columns
+    halved while under ``QUANT_GEMV_MIN_PROGRAMS`` programs, ``GEMV_QUANT_WARPS`` warps; its GLU takes
+    k steps of 16 / ``bits`` times a 16-bit one's elements (the same bytes)."""
     wide = dtype != "float32"
     if m <= GEMV_MAX_ROWS:
         block_m, warps = next_power_of_2(m), 4 if bits == 16 else GEMV_QUANT_WARPS
         if glu:
             block_n, block_k = GEMV_GLU_TILES
             return Tiles(block_m, block_n, min(next_power_of_2(k), block_k * 16 // bits), warps, 1, gemv=True)
+        if bits < 16:
+            block_k = min(next_power_of_2(k), QUANT_GEMV_BLOCK_K)
+            block_n = min(2 * GEMV_BLOCK_N, max(GEMV_MIN_BLOCK_N, QUANT_GEMV_TILE_BYTES * 8 // (bits * block_k)))
+            while cdiv(n, block_n) < QUANT_GEMV_MIN_PROGRAMS and block_n > GEMV_MIN_BLOCK_N:
+                block_n //= 2
+            return Tiles(block_m, block_n, block_k, warps, 1, gemv=True, sum_once=True)
         block_n = GEMV_BLOCK_N
         while cdiv(n, block_n) < GEMV_MIN_PROGRAMS and block_n > GEMV_MIN_BLOCK_N:
             block_n //= 2
