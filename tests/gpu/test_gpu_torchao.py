@@ -27,8 +27,8 @@ from aotcombo.testing.zoo import model_file
 pytestmark = pytest.mark.gpu
 
 CONFIGS = ("int8_weight_only", "int4_weight_only", "int8_dynamic", "float8_dynamic")
-STORED = {"int8_weight_only": "int8", "int4_weight_only": "uint8",  # int4: two a byte "int8_dynamic": "int8",
-          "float8_dynamic": "float8_e4m3fn"}
+STORED = {"int8_weight_only": "int8", "int4_weight_only": "uint8",  # int4: two a byte
+          "int8_dynamic": "int8", "float8_dynamic": "float8_e4m3fn"}
 
 
 @pytest.fixture(scope="module")
