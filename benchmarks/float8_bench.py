@@ -1,18 +1,24 @@
 #!/usr/bin/env python3
-"""ViT-B/16 (sample_models/full_size/vit_base.py, bf16, 8 images at 224) with torchao's float8 dynamic
-activations against our bf16 package, on one GPU of sm_89 or later (issue 27: the fp8 package >= 1.3x
-faster than the bf16 one).
+"""A model with torchao's float8 dynamic activations against our bf16 package, on one GPU of sm_89 or later
+(issue 27: the fp8 package >= 1.3x faster than the bf16 one). ``--model vit_base`` (default): ViT-B/16
+(sample_models/full_size/vit_base.py, bf16, 8 images at 224); ``--model llama_1b``: Llama 3.2 1B's prefill of
+a 512-token prompt (sample_models/full_size/llama_1b.py, bf16, ``get_prompt_inputs``).
 
     PYTHONPATH=<site with the wheels and torchao>:. PYTHONUNBUFFERED=1 \\
-        python3 benchmarks/float8_bench.py --out $OUT [--calls 200] [--no-compile]
+        python3 benchmarks/float8_bench.py --out $OUT [--model llama_1b] [--calls 200] [--no-compile]
 
-Packages ``full_vit_base_bf16`` and ``full_vit_base_fp8`` (``Float8DynamicActivationFloat8WeightConfig(
-granularity=PerRow())`` on the blocks' linears), built on a machine with torchao:
+Packages ``full_<model>_bf16`` and ``full_<model>_fp8`` (``Float8DynamicActivationFloat8WeightConfig(
+granularity=PerRow())`` on ViT's blocks' linears; on every Llama linear, the LM head included), built on a
+machine with torchao:
 
     aotcombo build sample_models/full_size/vit_base.py --name full_vit_base_bf16 --model-fn get_bf16_model \
         --inputs-fn get_bf16_example_inputs --weights external --arch sm_90 --out .carry/fp8vit
     aotcombo build sample_models/full_size/vit_base.py --name full_vit_base_fp8 --model-fn get_float8_model \
         --inputs-fn get_bf16_example_inputs --weights external --arch sm_90 --out .carry/fp8vit
+    aotcombo build sample_models/full_size/llama_1b.py --name full_llama_1b_bf16 --model-fn get_model \
+        --inputs-fn get_prompt_inputs --weights external --arch sm_90 --out .carry/fp8llama
+    aotcombo build sample_models/full_size/llama_1b.py --name full_llama_1b_fp8 --model-fn get_float8_model \
+        --inputs-fn get_prompt_inputs --weights external --arch sm_90 --out .carry/fp8llama
 
 Here both eager models are made from the file
 (same seed); the bf16 package is given the bf16 model's ``state_dict()``, the fp8 package the
@@ -54,7 +60,10 @@ from aotcombo.testing.timing import sync, time_synced, time_synced_interleaved, 
 from aotcombo.testing.zoo import FULL_SIZE_DIR, as_float32, check, model_file  # noqa: E402
 
 SEEDS = (301, 302, 303, 304)
-PACKAGES = {"bf16": "full_vit_base_bf16", "fp8": "full_vit_base_fp8"}
+# --model -> the model file's functions: (bf16 model, float8 model, inputs).
+MODELS = {"vit_base": ("get_bf16_model", "get_float8_model", "get_bf16_example_inputs"),
+          "llama_1b": ("get_model", "get_float8_model", "get_prompt_inputs")}
+PACKAGES = {"bf16": "full_vit_base_bf16", "fp8": "full_vit_base_fp8"}  # set by --model
 # What torchao's quantize_ sets process-wide (torchao.quantization.utils.recommended_inductor_config_setter).
 TORCHAO_INDUCTOR = ("coordinate_descent_tuning", "coordinate_descent_check_all_directions",
                     "force_fuse_int_mm_with_mul", "fx_graph_cache", "triton.unique_kernel_names")
@@ -197,7 +206,7 @@ def device_name() -> str:
 
 def summary(rows: list) -> dict:
     ms = {r["variant"]: r["ms"] for r in rows if "ms" in r}
-    out = {"variant": "summary", "device": device_name(), "torch": torch.__version__}
+    out = {"variant": "summary", "device": device_name(), "torch": torch.__version__, "packages": PACKAGES}
     for a, b in (("bf16_default", "fp8_default"), ("bf16_static", "fp8_static"), ("torchao_eager", "fp8_static"),
                  ("torchao_compile_ro", "fp8_default"), ("torchao_compile_ro", "fp8_static"),
                  ("bf16_compile_ro", "bf16_static"), ("bf16_compile_ro", "fp8_static")):
@@ -209,26 +218,29 @@ def summary(rows: list) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=str(HERE.parent / "out"), help="for float8_bench.jsonl (default %(default)s)")
+    parser.add_argument("--model", choices=sorted(MODELS), default="vit_base")
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    global DEVICE, OUT
+    global DEVICE, OUT, PACKAGES
     DEVICE, OUT = torch.device(args.device), Path(args.out) / "float8_bench.jsonl"
+    PACKAGES = {kind: f"full_{args.model}_{kind}" for kind in ("bf16", "fp8")}
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    print(f"{device_name()}, torch {torch.__version__}", flush=True)
+    print(f"{args.model} on {device_name()}, torch {torch.__version__}", flush=True)
     from torch._inductor import config
 
     defaults = {key: config.get_config_copy()[key] for key in TORCHAO_INDUCTOR}  # before quantize_ changes them
-    source, rows = model_file("vit_base", FULL_SIZE_DIR), []
-    sets = [tuple(t.to(DEVICE) for t in source.get_bf16_example_inputs(seed=seed)) for seed in SEEDS]
-    eager = {"bf16": source.get_bf16_model(device=DEVICE)}
+    source, rows = model_file(args.model, FULL_SIZE_DIR), []
+    bf16_fn, fp8_fn, inputs_fn = (getattr(source, name) for name in MODELS[args.model])
+    sets = [tuple(t.to(DEVICE) for t in inputs_fn(seed=seed)) for seed in SEEDS]
+    eager = {"bf16": bf16_fn(device=DEVICE)}
     with torch.no_grad():
         model32 = as_float32(eager["bf16"], sets[0])[0]
-        reference = [model32(*(t.float() for t in x)) for x in sets[:2]]
+        reference = [model32(*(t.float() if t.is_floating_point() else t for t in x)) for x in sets[:2]]
         del model32
     try:
-        eager["fp8"] = source.get_float8_model(device=DEVICE)
+        eager["fp8"] = fp8_fn(device=DEVICE)
     except Exception as exc:  # noqa: BLE001 - reported, the run goes on
         failed(rows, "torchao_model", exc)
     torchao_settings = {key: config.get_config_copy()[key] for key in TORCHAO_INDUCTOR}
