@@ -78,6 +78,10 @@ DECODE_LINEARS = ((1024, 1536, "rms"), (1024, 1024, "addmm"), (1024, 2816, "glu"
 # Llama-3-8B's (sample_models/full_size/llama_8b_decode.py; --shapes 8b): its lm head bare.
 DECODE_LINEARS_8B = ((4096, 6144, "rms"), (4096, 4096, "addmm"), (4096, 14336, "glu"), (14336, 4096, "addmm"),
                      (4096, 128256, "plain"))
+# A rank's of Llama-3-8B at --tensor-parallel 2 (--shapes llama8b_tp2): q/k/v, gate/up and the head column-wise,
+# o and down row-wise (their partial sums all-reduced after, the residual added there).
+DECODE_LINEARS_8B_TP2 = ((4096, 3072, "rms"), (2048, 4096, "plain"), (4096, 7168, "glu"), (7168, 4096, "plain"),
+                         (4096, 64128, "rms"))
 DECODE_LINEARS_1B = ((2048, 3072, "rms"), (2048, 2048, "addmm"), (2048, 8192, "glu"), (8192, 2048, "addmm"))  # 3.2-1B
 # Tile configs (block_n, block_k, warps, stages) timed beside the rule's: GEMVs for one row
 # (products summed on the CUDA cores), tensor-core tiles of 16 rows with long k steps for more.
@@ -278,12 +282,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--decode", action="store_true", help="the LLM decode step's linears")
     parser.add_argument("--rows", default="1,8", help="with --decode: the row counts (batch sizes), e.g. 1,2,4,8")
-    parser.add_argument("--shapes", choices=("llm_decode", "llama8b", "llama1b"), default="llm_decode",
-                        help="with --decode: sample_models/llm_decode.py's linears, Llama-3-8B's or Llama-3.2-1B's")
+    parser.add_argument("--shapes", choices=("llm_decode", "llama8b", "llama8b_tp2", "llama1b"), default="llm_decode",
+                        help="with --decode: sample_models/llm_decode.py's linears, Llama-3-8B's (a rank's at TP 2) "
+                        "or Llama-3.2-1B's")
     args = parser.parse_args()
     if args.decode:
         return decode(args.out, [int(m) for m in args.rows.split(",")],
-                      {"llama8b": DECODE_LINEARS_8B, "llama1b": DECODE_LINEARS_1B}.get(args.shapes, DECODE_LINEARS))
+                      {"llama8b": DECODE_LINEARS_8B, "llama8b_tp2": DECODE_LINEARS_8B_TP2,
+                       "llama1b": DECODE_LINEARS_1B}.get(args.shapes, DECODE_LINEARS))
     device = torch.device("cuda")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -232,12 +232,12 @@ def test_the_tile_rule():
     assert kernels_linear_recipe.tiles(16, 1536, 1024, "bfloat16") == Tiles(16, 32, 128, 4, 3)  # 96 programs
     # batch-1 decode
     # one row: 8 x 512 summed once, the columns halved to 2 while under 528 programs (k steps
-    # then of 1024); a GLU 4 x 1024 summed per step
+    # then of 1024); a GLU 2 x 2048 summed per step
     assert kernels_linear_recipe.tiles(1, 6144, 4096, "bfloat16") == Tiles(1, 8, 512, 4, 1, gemv=True, sum_once=True)
     assert kernels_linear_recipe.tiles(1, 4096, 4096, "bfloat16") == Tiles(1, 4, 512, 4, 1, gemv=True, sum_once=True)
     assert kernels_linear_recipe.tiles(1, 1536, 1024, "bfloat16") == Tiles(1, 2, 1024, 4, 1, gemv=True, sum_once=True)
     assert kernels_linear_recipe.tiles(1, 1024, 2816, "bfloat16") == Tiles(1, 2, 1024, 4, 1, gemv=True, sum_once=True)
-    assert kernels_linear_recipe.tiles(1, 14336, 4096, "bfloat16", glu=True) == Tiles(1, 4, 1024, 4, 1, gemv=True)
+    assert kernels_linear_recipe.tiles(1, 14336, 4096, "bfloat16", glu=True) == Tiles(1, 2, 2048, 4, 1, gemv=True)
     # quantized weights, one row: 8 KB of W a program and step, k steps of 2048, the columns halved
     # while under 264 programs; a GLU 4 rows, k steps of 2048 int8 or 4096 int4 (at most k)
     assert kernels_linear_recipe.tiles(1, 3072, 2048, "bfloat16", bits=8) == Tiles(1, 4, 2048, 4, 1, gemv=True,

@@ -39,13 +39,16 @@ MIN_PROGRAMS = 64  # the tile rule shrinks tiles until the grid has this many pr
 # 8 x 512 237 (249; 16 x 256 235); 1B o and down 2 x 1024 3.9 and 10.9 (4.4, 14.1). A GLU
 # (gate and up: two products) takes GEMV_GLU_TILES summed per step: summed once, its two
 # [BLOCK_N, BLOCK_K] float32 accumulators cost more than the barrier (8B 62.5 us against
-# 66-72 for every tile summed once, 1B 21.2 against 21.3-25). Next W tile prefetched in
+# 66-72 for every tile summed once, 1B 21.2 against 21.3-25); H100 2026-11-26 (results/gemv_glu/), 2 x 2048
+# against 4 x 1024: 8B 79.4 against 81.9, 1B 25.2 against 25.9, a rank's of 8B at TP 2 (N 7168) 43.4 against
+# 49.5 (quantized GLUs keep 4 rows: int8 2 x 2048 19.0 against 17.1 us at the 1B). Next W tile prefetched in
 # registers: no gain (within noise either way), not kept. 2-8 rows (H100, llm_decode,
 # results/fused_linear_bench_decode*.log): tensor-core tiles of 16 x 32 x 256 (the GEMV's
 # [8, 4, 1024] products spill there): steps at batch 4 and 8 1.1x faster.
 GEMV_MAX_ROWS, GEMV_BLOCK_N, GEMV_BLOCK_K, GEMV_MIN_BLOCK_N, GEMV_MIN_TILE = 1, 8, 512, 2, 2048
 GEMV_MIN_PROGRAMS = 4 * 132  # 4 a multiprocessor of an H100 or H200
-GEMV_GLU_TILES = (4, 1024)  # (BLOCK_N, BLOCK_K), summed per step
+GEMV_GLU_TILES = (2, 2048)  # (BLOCK_N, BLOCK_K), summed per step
+QUANT_GEMV_GLU_TILES = (4, 1024)  # a quantized GLU's, its k step in 16-bit elements
 DECODE_MAX_ROWS, DECODE_BLOCK_N, DECODE_MAX_BLOCK_K = 8, 32, 256
 DECODE_DTYPES = (torch.bfloat16, torch.float16)
 # A weight-only quantized weight (quant.py) reads a quarter to a half of the bytes of a 16-bit
@@ -216,7 +219,7 @@ def tiles(m: int, n: int, k: int, dtype: str, glu: bool = False, bits: int = 16)
     if m <= GEMV_MAX_ROWS:
         block_m, warps = next_power_of_2(m), 4 if bits == 16 else GEMV_QUANT_WARPS
         if glu:
-            block_n, block_k = GEMV_GLU_TILES
+            block_n, block_k = GEMV_GLU_TILES if bits == 16 else QUANT_GEMV_GLU_TILES
             return Tiles(block_m, block_n, min(next_power_of_2(k), block_k * 16 // bits), warps, 1, gemv=True)
         if bits < 16:
             block_k = min(next_power_of_2(k), QUANT_GEMV_BLOCK_K)
