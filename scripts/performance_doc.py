@@ -19,14 +19,14 @@ import sys
 from pathlib import Path
 
 from performance_format import ROOT, jsonl, ms, ratio, shown, span, table
-from performance_llm import section_llm_batch, section_sampling, section_tensor_parallel
+from performance_llm import section_llama_8b, section_llm_batch, section_sampling, section_tensor_parallel
 
 SOURCES = {
     # benchmarks/zoo_bench.py: eager, reduce-overhead, our default call and serving path, one process per model
     "samples": ["call_path/c_guard_final/zoo_bench.jsonl"],
     "zoo": ["zoo/zoo_bench.jsonl"],
     "full_size": ["full_size/zoo_bench.jsonl", "full_size/zoo_bench_gpt2_padded.jsonl",
-                  "full_size/zoo_bench_llama_1b_decode.jsonl"],
+                  "full_size/zoo_bench_llama_1b_decode.jsonl", "full_size/zoo_bench_llama_1b_decode_glu.jsonl"],
     # benchmarks/llm_bench.py: a decode step of sample_models/llm_decode.py
     "llm": ["call_path/c_guard_final/llm_bench.json"],
     # benchmarks/first_output.py: time to first output in a fresh process
@@ -36,11 +36,15 @@ SOURCES = {
     # benchmarks/axes_bench.py: BERT-base with dynamic batch and sequence length against exact builds
     "axes": ["axes/axes_bench.jsonl"],
     # benchmarks/tp_bench.py under torchrun: a tensor-parallel decode step against one GPU and torch's own TP
-    "tensor_parallel": ["tp/tp_bench_h100.jsonl"],
+    "tensor_parallel": ["tp/tp_bench_h100.jsonl", "tp/tp_bench_h100_glu.jsonl"],
+    # benchmarks/zoo_bench.py full/llama_8b_decode, one run a row; benchmarks/read_bandwidth.py
+    "llama_8b": ["llama_8b/zoo_bench_runs.jsonl"],
+    "read_bandwidth": ["read_bandwidth/read_bandwidth.json"],
     # benchmarks/llm_batch_bench.py: Llama 3 8B decode, eight sequences at eight positions
     "llm_batch": ["llm_batch/llm_batch_bench_targets.jsonl", "llm_batch/llm_batch_bench.jsonl"],
     # benchmarks/sampling_bench.py: a decode step with and without the sampling head
-    "sampling": ["sampling/sampling_bench_before_split.jsonl", "sampling/sampling_bench.jsonl"],
+    "sampling": ["sampling/sampling_bench_before_split.jsonl", "sampling/sampling_bench.jsonl",
+                 "sampling/sampling_bench_glu.jsonl"],
     # benchmarks/bench.py (fresh processes, torch.compile cold and warm) and bench_coldstart.py
     "cold_start": ["results.json", "cold_start.json"],
 }
@@ -304,6 +308,7 @@ def document(results: Path) -> str:
     ]
     body = (samples + zoo + full + section_llm(results, full_rows) + section_first_output(results)
             + section_cold_start(results) + section_shapes(results) + section_axes(results)
+            + section_llama_8b(results, SOURCES["llama_8b"], SOURCES["read_bandwidth"][0])
             + section_tensor_parallel(results, SOURCES["tensor_parallel"])
             + section_llm_batch(results, SOURCES["llm_batch"]) + section_sampling(results, SOURCES["sampling"]))
     return "\n".join(head + body).rstrip() + "\n"

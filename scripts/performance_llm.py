@@ -1,32 +1,75 @@
-"""The LLM sections of docs/performance.md (scripts/performance_doc.py writes the page): tensor
-parallel, a batch of sequences at their own positions, the sampling head."""
+"""The LLM sections of docs/performance.md (scripts/performance_doc.py writes the page): Llama 3 8B's
+step, tensor parallel, a batch of sequences at their own positions, the sampling head."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from performance_format import jsonl, ms, ratio, shown, table
 
 
+# What each tensor-parallel run's packages were (their rules), by result file.
+TP_BUILDS = {"tp_bench_h100.jsonl": "gate/up GEMV tiles 4 x 1024", "tp_bench_h100_glu.jsonl": "gate/up 2 x 2048"}
+
+
 def section_tensor_parallel(results: Path, sources: list[str]) -> list[str]:
-    path = results / sources[0]
-    if not path.is_file():
+    found = [(name, r) for name in sources if (results / name).is_file() for r in jsonl(results / name)]
+    if not found:
         return []
-    rows = jsonl(path)
-    lines = table(["model", "ranks", "ours, one GPU", "ours, TP", "torch TP + RO", "TP / one GPU",
+    lines = table(["model", "build", "ranks", "ours, one GPU", "ours, TP", "torch TP + RO", "TP / one GPU",
                    "torch TP RO / ours TP", "TP: % of copy bandwidth per rank"],
-                  [[r["model"], str(r["world"]), ms(r["ours_one_gpu_ms"]), ms(r["ours_tp_ms"]),
-                    ms(r.get("torch_tp_ro_ms")), ratio(r["ours_tp_ms"], r["ours_one_gpu_ms"]),
+                  [[r["model"], TP_BUILDS.get(Path(name).name, "?"), str(r["world"]), ms(r["ours_one_gpu_ms"]),
+                    ms(r["ours_tp_ms"]), ms(r.get("torch_tp_ro_ms")), ratio(r["ours_tp_ms"], r["ours_one_gpu_ms"]),
                     ratio(r.get("torch_tp_ro_ms"), r["ours_tp_ms"]), f"{100 * r['ours_tp_copy_fraction']:.0f} %"]
-                   for r in rows])
-    where = ", ".join(sorted({f"{r['device']} x {r['world']}, torch {r['torch']}" for r in rows}))
+                   for name, r in found])
+    where = ", ".join(sorted({f"{r['device']} x {r['world']}, torch {r['torch']}" for _, r in found}))
     return ["## Tensor parallel", "",
             ("A decode step (batch 1, cache position 512) of `sample_models/full_size/` built with `--tensor-parallel "
              "2` against the one-GPU package (rank 0 alone) and the same model split by torch's `parallelize_module` "
              "with the same plan under `torch.compile(mode=\"reduce-overhead\")`, all under `torchrun` in one run "
-             "(`benchmarks/tp_bench.py`); milliseconds per token, medians. Bytes per rank: the weights a rank holds "
-             "but the embedding table, and the cache written so far."), "",
-            *lines, "", f"Source: `{shown(path)}` ({where}).", ""]
+             "per row (`benchmarks/tp_bench.py`); milliseconds per token, medians. Bytes per rank: the weights a "
+             "rank holds but the embedding table, and the cache written so far."), "",
+            *lines, "", "Source: " + ", ".join(f"`{shown(results / n)}`" for n in sources) + f" ({where}).", ""]
+
+
+# Llama 3 8B's step reads every weight but the embedding table and its cache up to position 512 (tp_bench's
+# one_gpu_bytes).
+LLAMA_8B_DECODE_BYTES = 15.077e9
+
+
+def span_ms(rows: list[dict], key: str) -> str:
+    values = [r[key] for r in rows]
+    return f"{min(values):.2f}-{max(values):.2f} ms" if values else "not measured"
+
+
+def section_llama_8b(results: Path, sources: list[str], read_bandwidth: str) -> list[str]:
+    rows = [r for name in sources if (results / name).is_file() for r in jsonl(results / name)]
+    if not rows:
+        return []
+    lines = table(["date", "device", "build", "eager", "reduce-overhead", "ours, default", "ours, serving path",
+                   "RO / default"],
+                  [[r["date"], r["device"], r["build"], ms(r["eager_ms"]), ms(r["compile_ro_ms"]),
+                    ms(r["ours_default_ms"]), ms(r["ours_static_ms"]), ratio(r["compile_ro_ms"], r["ours_default_ms"])]
+                   for r in rows])
+    h100 = [r for r in rows if "H100" in r["device"]]
+    text = []
+    path = results / read_bandwidth
+    if path.is_file():
+        read = json.loads(path.read_text())
+        floor = LLAMA_8B_DECODE_BYTES / (read["best_read_GBps"] * 1e9) * 1e3
+        text = [(f"The step reads {LLAMA_8B_DECODE_BYTES / 1e9:.2f} GB. The fastest read of memory measured on the "
+                 f"{read['device']} (`benchmarks/read_bandwidth.py`: copy {read['copy_GBps']:.0f} GB/s read + write, "
+                 f"`torch.sum` {read['torch_sum_GBps']:.0f}, cuBLAS's GEMV {read['cublas_gemv_GBps']:.0f}, a read-only "
+                 f"Triton kernel {read['best_read_GBps']:.0f}) puts its floor at {floor:.2f} ms; "
+                 f"`{shown(path)}`."), ""]
+    return ["## Llama 3 8B decode", "",
+            ("`sample_models/full_size/llama_8b_decode.py` (batch 1, a static cache of 1024 positions, `--weights "
+             "external`): eager, `torch.compile(mode=\"reduce-overhead\")` and ours, one process per row "
+             "(`benchmarks/zoo_bench.py full/llama_8b_decode`); milliseconds per token, medians. Reduce-overhead "
+             f"varies more from run to run than ours (on the H100: reduce-overhead {span_ms(h100, 'compile_ro_ms')}, "
+             f"ours {span_ms(h100, 'ours_default_ms')})."), "",
+            *lines, "", *text, "Source: " + ", ".join(f"`{shown(results / n)}`" for n in sources) + ".", ""]
 
 
 # What each row's package was: the builds of one run share a file.
