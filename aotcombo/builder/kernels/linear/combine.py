@@ -11,7 +11,9 @@ model's tensors when the build reads them, and at load from the parts the caller
 
 Only parameters used by that one linear are combined, of one dtype and input width, all with
 a bias or none. Weights the model dequantizes (``quant``) combine the same way over their
-bytes, scales and zero points (buffers too), those of one layout.
+bytes, scales and zero points (buffers too), those of one layout; float8 ``_scaled_mm`` calls of
+one quantized x with a scale per output channel, over their bytes, scales and biases
+(``combine_float8``).
 
 A residual added to the output of a linear without bias, ``linear(x, W) + r``, becomes
 ``addmm(r, x, W.T)`` (``fold_residuals``): cuBLAS adds it as the matmul's C input, and the
@@ -100,6 +102,9 @@ def combine(ep, model: torch.nn.Module) -> int:
                 signature.input_specs.remove(tensors[old.name])
             graph.erase_node(old)
         folded += len(nodes) - 1
+    from .combine_float8 import combine_scaled_mm  # it reads _combined_input
+
+    folded += combine_scaled_mm(ep, model, {**params, **buffers})
     if folded:
         graph.lint()
         ep.graph_module.recompile()

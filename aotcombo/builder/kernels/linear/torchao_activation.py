@@ -12,9 +12,10 @@ torch ops, the weight's bytes and scales buffers, the product one public ATen ma
   so the product stays exact; the padding is cut from the result.
 - ``Float8DynamicActivationFloat8WeightConfig`` leaves a ``Float8Tensor``: float8_e4m3fn
   ``qdata`` [N, K] and a float32 scale, one (``PerTensor``, the default) or per output channel
-  (``PerRow``). ``Float8DynamicLinear`` quantizes x the same way (``absmax / 448`` in x's dtype,
-  per tensor or per row; ``x / scale`` clamped to +-448, rounded to float8) and calls
-  ``aten._scaled_mm`` with both scales, the bias and torchao's ``use_fast_accum``. Float8
+  (``PerRow``, [N, 1] as torchao holds it, read as ``scale.t()``). ``Float8DynamicLinear``
+  quantizes x the same way (``absmax / 448`` in x's dtype, per tensor or per row; ``x / scale``
+  clamped to +-448, rounded to float8) and calls ``aten._scaled_mm`` with both scales, the bias
+  and torchao's ``use_fast_accum``. Float8
   conversions and ``_scaled_mm`` need sm_89 or later: a build for an older arch is refused
   before any trace, naming the layer.
 
@@ -119,7 +120,7 @@ class Int8DynamicLinear(nn.Module):
 
 class Float8DynamicLinear(nn.Module):
     """An ``nn.Linear`` over torchao's ``Float8Tensor`` with dynamic float8 activations:
-    ``weight.qdata`` float8_e4m3fn [N, K], ``weight.scale`` float32 [1, N] or [1, 1]."""
+    ``weight.qdata`` float8_e4m3fn [N, K], ``weight.scale`` float32 [N, 1] (per row) or [1, 1]."""
 
     def __init__(self, qdata: torch.Tensor, scale: torch.Tensor, bias, per_row: bool, bounds: tuple,
                  fast_accum: bool):
@@ -142,7 +143,8 @@ class Float8DynamicLinear(nn.Module):
         x_scale = (absmax / top).float()
         xq = (x2.float() / x_scale).clamp(min=-top, max=top).to(f8)
         inside = self.bias if x.dtype != torch.float32 else None  # _scaled_mm: no bias with a float32 product
-        y = aten._scaled_mm.default(xq, self.weight.qdata.t(), x_scale, self.weight.scale, bias=inside,
+        w_scale = self.weight.scale.t() if self.per_row else self.weight.scale  # [1, N] (a view) or [1, 1]
+        y = aten._scaled_mm.default(xq, self.weight.qdata.t(), x_scale, w_scale, bias=inside,
                                     out_dtype=x.dtype, use_fast_accum=self.fast_accum)
         if self.bias is not None and inside is None:
             y = y + self.bias
@@ -200,5 +202,7 @@ def float8_dynamic(where: str, linear: nn.Linear, t, archs) -> Float8DynamicLine
                           "aotcombo reads PerTensor (the default) or PerRow for both", _FP8_FIX)
     config = getattr(t, "mm_config", None)
     bounds = (getattr(kwargs, "hp_value_lb", None), getattr(kwargs, "hp_value_ub", None))
+    if granularity == "PerRow":
+        scale = scale.reshape(n, 1)  # as torchao holds it: per-row weights combine along dim 0 (combine_float8)
     return Float8DynamicLinear(qdata.detach(), scale, linear.bias, granularity == "PerRow", bounds,
                                bool(getattr(config, "use_fast_accum", False)))
