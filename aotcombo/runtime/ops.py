@@ -17,6 +17,11 @@ buffer viewed as (batch, heads, queries, dim), as the fused kernels write it, or
 ``"contiguous"``. The fused kernels return that layout already; anything else is copied.
 ``in_strides`` does the same for every other op that returns a new tensor (a convolution's,
 whose layout the backend picks at run time).
+
+``all_reduce_`` runs torch's functional ``all_reduce_`` (a tensor-parallel program's) as c10d's
+synchronous all-reduce: since torch 2.8 NCCL runs that on the current stream, where the
+functional op runs it on the process group's own stream and joins back through two events
+(two edges across streams per collective in a CUDA graph).
 """
 
 from __future__ import annotations
@@ -46,3 +51,19 @@ def in_strides(out: torch.Tensor, stride: tuple) -> torch.Tensor:
     if all(n == 1 or s == t for n, s, t in zip(out.shape, out.stride(), stride)):  # size-1 dims: any stride
         return out
     return torch.empty_strided(out.shape, stride, dtype=out.dtype, device=out.device).copy_(out)
+
+
+_REDUCE_OPS = {"sum": "SUM", "avg": "AVG", "product": "PRODUCT", "min": "MIN", "max": "MAX"}
+
+
+def all_reduce_(tensor: torch.Tensor, reduce_op: str, group: str) -> torch.Tensor:
+    """``_c10d_functional.all_reduce_(tensor, reduce_op, group)``, in place, over the default
+    process group (the package's: ``group`` is its name, as the loader passes it), on the current
+    stream. The ``wait_tensor`` the program makes after it finds no work pending and returns."""
+    import torch.distributed as dist
+
+    world = dist.group.WORLD
+    if world is None or world.group_name != group:
+        raise RuntimeError(f"the package's collectives run over the default process group; given {group!r}")
+    dist.all_reduce(tensor, op=getattr(dist.ReduceOp, _REDUCE_OPS[reduce_op]), group=world)
+    return tensor

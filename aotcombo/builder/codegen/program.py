@@ -6,7 +6,7 @@ from __future__ import annotations
 from ... import __version__
 from ...runtime.manifest import GROUP, PLACED
 from .. import graph as g
-from ..graph import ATTENTION
+from ..graph import ATTENTION, COLLECTIVES
 from ..plan.combos import Combo, ComboLaunch, Plan
 from .combo import grid_expr, literal
 from .render import render
@@ -36,9 +36,14 @@ def _op_parts(op: str) -> tuple[str, str, str]:
     return namespace, name, overload
 
 
+# Ops the program calls through runtime/ops.py instead: attention through the public API in place
+# of Inductor's private ops; the in-place all-reduce as c10d's on the current stream.
+RUNTIME_OPS = {ATTENTION: "attention", f"{COLLECTIVES}::all_reduce_.default": "all_reduce_"}
+
+
 def _op_call(op: str) -> str:
-    if op == ATTENTION:
-        return "attention"  # runtime/ops.py: the public API in place of Inductor's private ops
+    if op in RUNTIME_OPS:
+        return RUNTIME_OPS[op]
     namespace, name, overload = _op_parts(op)
     prefix = "aten" if namespace == "aten" else f"torch.ops.{namespace}"
     return f"{prefix}.{name}.{overload}"
@@ -186,7 +191,7 @@ def render_program(plan: Plan, structure: tuple, name: str) -> str:
         n_launches=len(plan.call_combos),
         n_externs=plan.extern_calls,
         inputs=[i.name for i in sorted((i for i in graph.inputs if i.kind == "user"), key=lambda i: i.key)],
-        runtime_ops=sorted({_op_call(op.op) for op in plan.ops if isinstance(op, g.Extern) and op.op == ATTENTION}
+        runtime_ops=sorted({_op_call(op.op) for op in plan.ops if isinstance(op, g.Extern) and op.op in RUNTIME_OPS}
                            | ({"in_strides"} if restride else set())),
         weights=[i.name for i in graph.inputs if i.kind == "weight"],
         forward_weights=list(plan.load.forward_weights) if plan.load else [i.name for i in graph.inputs
