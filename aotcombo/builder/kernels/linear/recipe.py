@@ -57,9 +57,10 @@ DECODE_DTYPES = (torch.bfloat16, torch.float16)
 # of its own (quant_gemv.py): W's bytes as [BLOCK_N, chunks, 16] tiles, a thread's 16 contiguous
 # bytes one 128-bit load, x (and the norm's weight) loaded in that shape so that every load of the
 # loop takes the bytes' layout, a chunk's products summed in its thread (fused multiply-adds) and
-# scaled once, int4's byte used whole (lo x0 + hi x1 = b x0 + hi (x1 - 16 x0)); k steps of 16 / bits
-# times a 16-bit GEMV's elements (its tile's bytes), GEMV_QUANT_WARPS warps. The 16-bit GEMV's loop
-# it replaces had Triton move W's tile or x through shared memory every k step (to one layout:
+# scaled once, int4's byte used whole (lo x0 + hi x1 = b x0 + hi (x1 - 16 x0)); tiles as below
+# (QUANT_GEMV_TILE_BYTES; first k steps of 16 / bits times a 16-bit GEMV's elements), GEMV_QUANT_WARPS
+# warps. The 16-bit GEMV's loop it replaces had Triton move W's tile or x through shared memory every
+# k step (to one layout:
 # 12 to 212 shared-memory instructions and barriers a thread), loaded the int4 bytes once per nibble
 # and the group scale once per weight. SASS a weight byte, whole program, the 1B's five linears
 # (sm_90, "bits"): int8 10.4-14.9 -> 5.8-10.7, int4 31-50 -> 12-20 (the norm's x work weighs most).
