@@ -83,8 +83,8 @@ def combine(ep, model: torch.nn.Module) -> int:
         if is_dequantize(weights[0]):
             weight, parts_of_dequantized = _combined_dequantize(ep, model, weights, tensors)
         else:
-            weight = _combined_input(ep, model, weights, params)
-        new_inputs = [weight] + ([_combined_input(ep, model, biases, params)] if biases else [])
+            weight = combined_input(ep, model, weights, params)
+        new_inputs = [weight] + ([combined_input(ep, model, biases, params)] if biases else [])
         with graph.inserting_before(nodes[0]):
             fused = graph.call_function(aten.linear.default, (x, *new_inputs))
             start = 0
@@ -102,7 +102,7 @@ def combine(ep, model: torch.nn.Module) -> int:
                 signature.input_specs.remove(tensors[old.name])
             graph.erase_node(old)
         folded += len(nodes) - 1
-    from .combine_float8 import combine_scaled_mm  # it reads _combined_input
+    from .combine_float8 import combine_scaled_mm  # it imports combined_input from here
 
     folded += combine_scaled_mm(ep, model, {**params, **buffers})
     if folded:
@@ -116,14 +116,14 @@ def _combined_dequantize(ep, model, nodes: list, tensors: dict):
     dequantize ``nodes`` (of one layout), placed before the first; and the placeholders of
     their parts, which go once the nodes have gone."""
     columns = list(zip(*([dequantize_parts(n)[0], *dequantize_parts(n)[1]] for n in nodes)))
-    leaves = [_combined_input(ep, model, list(column), tensors) for column in columns]
+    leaves = [combined_input(ep, model, list(column), tensors) for column in columns]
     with ep.graph.inserting_before(nodes[0]):
         made = ep.graph.call_function(torch.ops.aotcombo.dequantize.default, (leaves[0], leaves[1:], nodes[0].args[2]))
     made.meta["val"] = made.target(leaves[0].meta["val"], [c.meta["val"] for c in leaves[1:]], nodes[0].args[2])
     return made, [old for column in columns for old in column]
 
 
-def _combined_input(ep, model, nodes: list, params: dict):
+def combined_input(ep, model, nodes: list, params: dict):
     """A new constant input of ``ep``, placed before the first of the parameter placeholders
     ``nodes``, holding their concatenation: its placeholder node."""
     from torch.export.graph_signature import InputKind, InputSpec, TensorArgument

@@ -9,7 +9,7 @@ weight's ``scale`` [N, 1] read as ``scale.t()``), become one over the concatenat
 and scales (dim 0: N) and the biases, its output columns sliced back, as ``combine`` does for
 ``linear``: the same products per column, one cuBLAS launch that fills more of the GPU. The
 concatenated tensors are weights named by their parts joined with ``|``, made from the model's
-tensors at build time and from the parts given at load (``combine._combined_input``).
+tensors at build time and from the parts given at load (``combine.combined_input``).
 
 Only buffers or parameters read by that one call are combined, of one dtype and K, all with a
 bias or none, of one ``out_dtype`` and ``use_fast_accum``; a weight scaled per tensor
@@ -91,7 +91,7 @@ def combine_scaled_mm(ep, model: torch.nn.Module, tensors: dict) -> int:
     each quantized input that several read; ``tensors``: the placeholders of the parameters and
     of the buffers never written, by name (their input specs). Returns how many calls were folded
     into others."""
-    from .combine import _combined_input
+    from .combine import combined_input
 
     graph, signature = ep.graph, ep.graph_signature
     shared = share_quantized_inputs(graph)
@@ -117,7 +117,7 @@ def combine_scaled_mm(ep, model: torch.nn.Module, tensors: dict) -> int:
         nodes = [m[0] for m in members]
         columns = [[m[i] for m in members] for i in (1, 2, 3) if members[0][i] is not None]
         old = [old for column in columns for old in column]
-        made = [_combined_input(ep, model, column, tensors) for column in columns]
+        made = [combined_input(ep, model, column, tensors) for column in columns]
         with graph.inserting_before(nodes[0]):
             weight_t = graph.call_function(aten.t.default, (made[0],))
             scale_t = graph.call_function(aten.t.default, (made[1],))
