@@ -8,6 +8,8 @@ them (``BuildResult.rank_weights``), against the whole model in eager (float32, 
 - a model file's own plan in torch's classes (``ColwiseParallel``, ``RowwiseParallel``, a
   gathered column-wise head), layers with biases."""
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -106,3 +108,14 @@ def test_the_launch_after_a_collective_waits_for_it_in_full(llama_tp):
     assert len(after) == 4  # after each of the four all-reduces (the gather ends the program)
     for combo in variant.plan.combos:
         assert ("gdc_wait" in variant.sources[combo.name]) == (combo.name not in after), combo.name
+
+
+def test_each_rank_writes_its_cache_in_place(llama_tp):
+    """A decode step writes one position of each rank's KV cache, as the one-GPU program does:
+    no kernel spans a whole cache (a copy of it, then a copy back)."""
+    m, variant = llama_tp.manifest, llama_tp.variants[0]
+    cache_numels = {math.prod(w.shape) for w in m.weights.tensors if "cache" in w.name and w.shard_dim == 1}
+    assert cache_numels
+    for combo in variant.plan.combos:
+        for sub in combo.subs:
+            assert dict(sub.kernel.numels).get("x") not in cache_numels, (combo.name, sub.kernel.name)

@@ -93,7 +93,10 @@ def _slice(name: str, tensor: torch.Tensor, dim: int, world: int) -> torch.Tenso
     if size % world:
         raise UsageError(f"--tensor-parallel {world}: {name} has {size} along dim {dim}, which {world} ranks "
                          "cannot split evenly", fix=f"build with a --tensor-parallel that divides {size}")
-    return tensor.detach().narrow(dim, 0, size // world).clone()
+    # Contiguous strides on every dim, size-1 ones too: a KV cache's slice along its heads keeps the
+    # whole cache's batch stride under clone()'s preserve_format, and Inductor then sees the
+    # cache's update as another layout than the buffer's, copies the whole cache and writes it back.
+    return tensor.detach().narrow(dim, 0, size // world).clone(memory_format=torch.contiguous_format)
 
 
 def _shard_parameter(module: nn.Module, attribute: str, name: str, dim: int, sharding: Sharding) -> None:
