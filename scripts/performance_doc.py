@@ -247,7 +247,8 @@ def section_axes(results: Path) -> list[str]:
              "each shape, the dynamic package's op-by-op call (a size past its 64 graphs), eager and "
              "`torch.compile(mode=\"reduce-overhead\", dynamic=True)`; default calls, milliseconds, one run "
              "(`benchmarks/axes_bench.py`). At 1 × 7 the exact build runs our skinny linears and decode attention, "
-             "which take static sizes; the dynamic one cuBLAS and SDPA."), "",
+             "which take static sizes; the dynamic one cuBLAS and SDPA. Both make the padding mask additive once per "
+             "forward for all 12 layers (`builder/trace/attention_masks.py`)."), "",
             *lines, "", sources_line(results, SOURCES["axes"]), ""]
 
 

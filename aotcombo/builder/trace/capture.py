@@ -191,6 +191,9 @@ def _inductor_config(combo_kernels: bool = False, dynamic: bool = False):
             "shape_padding": True,  # by rule, not by timing (_should_pad_by_rule)
             "size_asserts": False,
             "alignment_asserts": False,
+            # One aligned copy of an attention mask every layer reads, not one per layer
+            # (attention_masks.py gives those calls one mask node).
+            "cache_sdpa_constraint": True,
         }
     )
 

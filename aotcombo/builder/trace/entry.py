@@ -19,6 +19,7 @@ from .. import graph as g
 from ..inputs.usercode import where
 from ..kernels.linear import combine as linear_combine, match as linear_match, quant as linear_quant, quant_match
 from . import decompositions
+from .attention_masks import make_masks_additive
 from .capture import run_inductor
 from .diagnosis import export_failure, inductor_failure, located, quiet_logs
 from .export import export_on_fake_gpu
@@ -67,6 +68,7 @@ def trace_model(module: torch.nn.Module, example_inputs: tuple, arch: int, *, in
                 linear_match.fuse(ep)
             linear_quant.expand(ep)  # those no kernel of ours reads: back to ATen ops
             read_grouped_heads(ep)  # no key/value copy per query head
+            make_masks_additive(ep)  # once, not in every layer's attention call
         signature = ep.graph_signature
         scatter_into_whole_buffers(ep)
         state = write_state_in_place(ep)

@@ -12,7 +12,7 @@ on an H200, more than the attention itself.
 fused ops' shape functions take them: the output's heads are the query's); ``to_graph`` marks
 the call ``enable_gqa``, and the decode kernel (``kernels/attention``) reads key/value head
 ``h // group`` for query head ``h``, each key/value head once for its whole group. Only calls
-that kernel takes are rewritten (``lowering.takes_grouped``): any other would be torch's
+that kernel takes are rewritten (``lowering.takes``): any other would be torch's
 ``enable_gqa`` at run time, which may take its slower math path where the repeat and a fused
 kernel did better (a prefill under a mask).
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from ..kernels.attention.lowering import takes_grouped
+from ..kernels.attention.lowering import takes
 
 aten = torch.ops.aten
 _FUSED = (aten._scaled_dot_product_efficient_attention.default, aten._scaled_dot_product_flash_attention.default)
@@ -70,7 +70,7 @@ def read_grouped_heads(ep) -> int:
             continue
         mask = bound.get("attn_bias")
         mask_dtype = mask.meta["val"].dtype if isinstance(mask, torch.fx.Node) else None
-        if not takes_grouped(bound["query"].meta["val"].dtype, query, _shape(keys[0])[2], keys[1],
+        if not takes(bound["query"].meta["val"].dtype, query, _shape(keys[0])[2], keys[1],
                              bool(bound.get("is_causal")), mask_dtype):
             continue
         args, kwargs = list(node.args), dict(node.kwargs)

@@ -111,10 +111,10 @@ def _mode(rows: int, keys: int, group: int, causal: bool) -> str | None:
     return None
 
 
-def takes_grouped(dtype: torch.dtype, query_shape: tuple, keys: int, group: int, causal: bool,
-                  mask_dtype: torch.dtype | None) -> bool:
-    """Whether ``lowering`` takes a grouped-query call of these (``trace/grouped_heads.py``
-    asks before it gives a call the un-repeated keys and values)."""
+def takes(dtype: torch.dtype, query_shape: tuple, keys: int, group: int, causal: bool,
+         mask_dtype: torch.dtype | None) -> bool:
+    """Whether ``lowering`` takes a call of these, ``group`` query heads per key/value head
+    (the trace asks before it rewrites a call: ``grouped_heads.py``, ``attention_masks.py``)."""
     name, mask_name = (str(t).removeprefix("torch.") if t is not None else None for t in (dtype, mask_dtype))
     return (name in TRITON_DTYPE and query_shape[3] in HEAD_DIMS and mask_name in (None, "bool", name, "float32")
             and _mode(query_shape[2], keys, group, causal) is not None)
