@@ -37,7 +37,8 @@ SOURCES = {
     # benchmarks/axes_bench.py: BERT-base with dynamic batch and sequence length against exact builds
     "axes": ["axes/axes_bench.jsonl"],
     # benchmarks/tp_bench.py under torchrun: a tensor-parallel decode step against one GPU and torch's own TP
-    "tensor_parallel": ["tp/tp_bench_h100.jsonl", "tp/tp_bench_h100_glu.jsonl", "tp/tp_bench_h100_arsync.jsonl"],
+    "tensor_parallel": ["tp/tp_bench_h100.jsonl", "tp/tp_bench_h100_glu.jsonl", "tp/tp_bench_h100_arsync.jsonl",
+                        "tp/tp_bench_h100_cache.jsonl"],
     # benchmarks/zoo_bench.py full/llama_8b_decode, one run a row; benchmarks/read_bandwidth.py
     "llama_8b": ["llama_8b/zoo_bench_runs.jsonl"],
     "read_bandwidth": ["read_bandwidth/read_bandwidth.json"],

@@ -11,7 +11,8 @@ from performance_format import jsonl, ms, ratio, shown, table
 
 # What each tensor-parallel run's packages were (their rules), by result file.
 TP_BUILDS = {"tp_bench_h100.jsonl": "gate/up GEMV tiles 4 x 1024", "tp_bench_h100_glu.jsonl": "gate/up 2 x 2048",
-             "tp_bench_h100_arsync.jsonl": "gate/up 2 x 2048, all-reduces on the current stream"}
+             "tp_bench_h100_arsync.jsonl": "gate/up 2 x 2048, all-reduces on the current stream",
+             "tp_bench_h100_cache.jsonl": "and each rank's cache written in place"}
 
 
 def section_tensor_parallel(results: Path, sources: list[str]) -> list[str]:
