@@ -42,14 +42,14 @@ def make_masks_additive(ep) -> int:
         while base.target in _VIEWS:
             views.append(base)
             base = base.args[0]
-        key = (base, query.dtype, tuple((v.target, str(v.args[1:]), str(v.kwargs)) for v in views))
-        if key not in made:  # one node for every call that views the mask alike
+        alike = (base, query.dtype, tuple((v.target, str(v.args[1:]), str(v.kwargs)) for v in views))
+        if alike not in made:  # one node for every call that views the mask alike
             with graph.inserting_before(node):
                 additive = _additive(graph, base, query.dtype)
                 for view in reversed(views):  # the same views of the additive mask
                     additive = _call(graph, view.target, (additive, *view.args[1:]), dict(view.kwargs))
-            made[key] = additive
-        additive = made[key]
+            made[alike] = additive
+        additive = made[alike]
         index = names.index("attn_bias")
         if "attn_bias" in node.kwargs:
             node.kwargs = {**node.kwargs, "attn_bias": additive}

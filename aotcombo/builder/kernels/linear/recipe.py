@@ -60,10 +60,10 @@ DECODE_DTYPES = (torch.bfloat16, torch.float16)
 # scaled once, int4's byte used whole (lo x0 + hi x1 = b x0 + hi (x1 - 16 x0)); tiles as below
 # (QUANT_GEMV_TILE_BYTES; first k steps of 16 / bits times a 16-bit GEMV's elements), GEMV_QUANT_WARPS
 # warps. The 16-bit GEMV's loop it replaces had Triton move W's tile or x through shared memory every
-# k step (to one layout:
-# 12 to 212 shared-memory instructions and barriers a thread), loaded the int4 bytes once per nibble
-# and the group scale once per weight. SASS a weight byte, whole program, the 1B's five linears
-# (sm_90, "bits"): int8 10.4-14.9 -> 5.8-10.7, int4 31-50 -> 12-20 (the norm's x work weighs most).
+# k step (to one layout: 12 to 212 shared-memory instructions and barriers a thread), loaded the
+# int4 bytes once per nibble and the group scale once per weight. SASS a weight byte, whole
+# program, the 1B's five linears (sm_90, "bits"): int8 10.4-14.9 -> 5.8-10.7, int4 31-50 -> 12-20
+# (the norm's x work weighs most).
 # H100, Llama 3.2 1B step at batch 1, quantized_llm_bench.py, ms/token (% of copy bandwidth),
 # 2026-11-26: the 16-bit GEMV's loop, bf16 1.114 (74 %), int8 0.998 (41 %), int4 two a byte, group
 # 128, 1.344 (16 %); QUANT_CONVERT "bits" int8 0.908 (45 %), int4 1.331 (16 %: it did not move);
