@@ -12,7 +12,8 @@
 ``aotcombo.build_package(...)`` takes the same arguments and returns the detailed
 ``BuildResult`` (every wheel written, the manifest, plans, sources, timings). Shape modes:
 ``Static()`` (the default), ``Buckets(sizes, pad=False)``, ``Dynamic(batch=(MIN, MAX), ...)``
-(named axes other than the batch need ``dynamic_axes``, torch.onnx.export's form). Importing
+(named axes other than the batch need ``dynamic_axes``, torch.onnx.export's form), and both:
+``Buckets(sizes, axis="seq", dynamic=Dynamic(batch=(MIN, MAX)))``. Importing
 ``aotcombo`` is cheap: torch, triton and Inductor load on first use.
 """
 

@@ -5,7 +5,7 @@
 - ``full_bert_base_dyn``: BERT-base (sample_models/full_size/bert_base.py) with
   ``--dynamic batch=1:32,seq=1:512``, ``--weights external``;
 - ``zoo_t5_encoder_dyn``: the zoo's T5 encoder with ``--dynamic batch=1:8,seq=1:128``;
-- ``full_bert_base_seq``: BERT-base at batch 8 with ``--buckets seq=16,32,64,128 --pad``;
+- ``full_bert_base_seq``: BERT-base with ``--buckets seq=16,32,64,128 --pad --dynamic batch=1:8``;
 - unless ``--no-exact``, ``full_bert_base_b<B>_s<S>``: BERT-base built for exactly each shape
   ``benchmarks/axes_bench.py`` times (the yardstick a dynamic package is held to).
 All sm_90, build cache off. Prints each build's time and wheel size, and the dynamic build's
@@ -28,7 +28,7 @@ from aotcombo.testing.zoo import FULL_SIZE_DIR, model_file  # noqa: E402
 
 BERT_RANGES = {"batch": (1, 32), "seq": (1, 512)}
 T5_RANGES = {"batch": (1, 8), "seq": (1, 128)}
-SEQ_BUCKETS = (16, 32, 64, 128)
+SEQ_BUCKETS = Buckets((16, 32, 64, 128), pad=True, axis="seq", dynamic=Dynamic(batch=(1, 8)))  # batch: per bucket
 BENCH_SHAPES = ((1, 7), (1, 128), (2, 77), (4, 129), (8, 128), (8, 383), (16, 256), (32, 512))
 
 
@@ -53,7 +53,7 @@ def main() -> None:
     model = bert.get_model()
     if args.seq_buckets_only:
         timed_build("full_bert_base_seq", out, model, bert.get_example_inputs(), weights="external",
-                    shapes=Buckets(SEQ_BUCKETS, pad=True, axis="seq"), dynamic_axes=bert.get_dynamic_axes())
+                    shapes=SEQ_BUCKETS, dynamic_axes=bert.get_dynamic_axes())
         return
     static = None
     for batch, seq in () if args.no_exact else BENCH_SHAPES:  # first: the dynamic build is timed warm too
@@ -66,7 +66,7 @@ def main() -> None:
         print(f"dynamic (2 axes) against static at 8 x 128: build time {dynamic[0] / static[0]:.2f}x, "
               f"wheel {dynamic[1] / static[1]:.2f}x", flush=True)
     timed_build("full_bert_base_seq", out, model, bert.get_example_inputs(), weights="external",
-                shapes=Buckets(SEQ_BUCKETS, pad=True, axis="seq"), dynamic_axes=bert.get_dynamic_axes())
+                shapes=SEQ_BUCKETS, dynamic_axes=bert.get_dynamic_axes())
     t5 = model_file("t5_encoder")
     timed_build("zoo_t5_encoder_dyn", out, t5.get_model(), t5.get_example_inputs(), shapes=Dynamic(**T5_RANGES),
                 dynamic_axes=t5.get_dynamic_axes())

@@ -97,7 +97,7 @@ class Build:
 
     @property
     def dynamic(self) -> Dynamic | None:
-        return self.shapes if isinstance(self.shapes, Dynamic) else None
+        return self.shapes if isinstance(self.shapes, Dynamic) else getattr(self.shapes, "dynamic", None)
 
 
 def _inputs(build: Build) -> None:
@@ -158,7 +158,7 @@ def _variants(build: Build) -> None:
 
 def _compile(build: Build) -> None:
     """Every distinct kernel to cubin and PTX: cache hits, then a process pool or this process."""
-    what = build.jobs.describe(build.variants, build.options.archs)
+    what = build.jobs.describe(build.variants, build.options.archs, getattr(build.shapes, "axis", "batch"))
     with build.reporter.stage(f"compile {what}", timing_key="compile"):
         binaries = build.jobs.finish()
     for v in build.variants:

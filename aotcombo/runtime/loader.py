@@ -209,6 +209,11 @@ class Model:
         return f"<Model {self.name} {self.variant} on {self.device}>"
 
 
+def _dynamic(shapes) -> Dynamic | None:
+    """The package's dynamic axes: all of them, or those symbolic in every bucket."""
+    return shapes if isinstance(shapes, Dynamic) else getattr(shapes, "dynamic", None)
+
+
 def _device_index(device) -> int:
     d = torch.device(device)
     if d.type != "cuda":
@@ -292,7 +297,7 @@ class Package:
         model = Model(self._loaded[index, bucket], weights, state, check_inputs, prepared)
         if graphs is False:
             return model
-        if isinstance(self.manifest.shapes, Dynamic):  # a graph per size, at its second call
+        if _dynamic(self.manifest.shapes):  # a graph per size, at its second call
             return GraphPerSize(model, copy_outputs, strict=bool(graphs))
         graph = GraphModel(model, copy_outputs, strict=bool(graphs))
         return graph.capture() if graphs else graph  # graphs=True: now, so that a failed capture raises here
@@ -344,7 +349,8 @@ class Package:
             cuda.set_current_context(previous)
         program = importlib.import_module(f"{self._import_name or m.name}.{variant.program}")
         name = m.name if bucket is None else f"{m.name}[{m.shapes.axis} {bucket}]"
-        ranges = m.shapes.ranges if isinstance(m.shapes, Dynamic) else None
+        dynamic = _dynamic(m.shapes)
+        ranges = dynamic.ranges if dynamic else None
         forward = program.forward if m.world_size == 1 else \
             functools.partial(program.forward, **{GROUP: parallel.group_name()})  # its collectives' group
         return Loaded(name, dev.variant, dev.device, dev.context, forward, kernels,

@@ -7,7 +7,8 @@ ways in and out; a manifest of another format, or one that does not fit these cl
 is a ``ManifestError`` naming what is wrong.
 
 A package holds one ``Specialization`` per input shape it was built for: one for static
-shapes and for a dynamic batch, one per bucket for ``--batch``. Each holds an ``ArchVariant``
+shapes and for dynamic axes, one per bucket for ``--batch`` or ``--buckets`` (each with the
+axes of ``--dynamic`` symbolic, where both are given). Each holds an ``ArchVariant``
 per cubin arch (``"sm_90"``) and one for the PTX (``"ptx"``): the program module to run,
 its kernels with their fixed launch configs, and the order of launches.
 
@@ -52,7 +53,8 @@ class Static:
 class Buckets:
     """One specialization per size of one axis (the batch, dim 0 of ``batched_inputs``, or a
     named axis of the model's, at ``dims``); ``pad``: sizes between them run in the next one,
-    padded with zeros along the axis, the outputs at ``out_dims`` cut back."""
+    padded with zeros along the axis, the outputs at ``out_dims`` cut back. ``dynamic``: other
+    axes, symbolic in every bucket (``Buckets((128, 256), axis="seq", dynamic=Dynamic(batch=(1, 32)))``)."""
 
     sizes: tuple[int, ...]
     pad: bool = False
@@ -62,6 +64,7 @@ class Buckets:
     axis: str = BATCH
     dims: tuple[tuple[int, int], ...] = ()  # (flat input, dim) carrying the axis; () : dim 0 of batched_inputs
     out_dims: tuple[tuple[int, int], ...] = ()  # (flat output, dim); () : dim 0 of batched_outputs
+    dynamic: Dynamic | None = None
 
     @property
     def input_dims(self) -> tuple[tuple[int, int], ...]:

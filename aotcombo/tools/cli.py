@@ -101,12 +101,13 @@ def _parser() -> argparse.ArgumentParser:
         help="one specialization per size of an axis the model file's get_dynamic_axes() names, e.g. "
         "seq=128,256,512 (batch=1,2,4 is --batch 1,2,4)",
     )
-    shapes.add_argument(
+    build.add_argument(
         "--dynamic", metavar="AXIS=MIN:MAX,...",
         help="compile once with symbolic sizes, e.g. batch=1:32 or batch=1:32,seq=1:512: one set of kernels "
         "serves every size in range, grids computed per call. batch is dim 0 of the batched inputs; other axes "
         "are those the model file's get_dynamic_axes() names ({input name: {dim: axis}}, torch.onnx.export's "
-        "dynamic_axes form)",
+        "dynamic_axes form). With --batch or --buckets on another axis: those axes symbolic in every bucket "
+        "(e.g. --buckets seq=128,256,512 --dynamic batch=1:32)",
     )
     build.add_argument("--pad", action="store_true",
                        help="with --batch or --buckets: run a size between buckets in the next larger one, padded "

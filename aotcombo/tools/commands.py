@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -38,8 +39,9 @@ def _options(args, options_mod):
         shapes = options_mod.parse_batch(args.batch, args.pad)
     elif args.buckets:
         shapes = options_mod.parse_buckets(args.buckets, args.pad)
-    elif args.dynamic:
-        shapes = options_mod.parse_dynamic(args.dynamic)
+    if args.dynamic:
+        dynamic = options_mod.parse_dynamic(args.dynamic)
+        shapes = dynamic if shapes is None else options_mod.check_shapes(dataclasses.replace(shapes, dynamic=dynamic))
     return options_mod.BuildOptions.checked(
         arch=args.arch, name=args.name or Path(args.model_file).stem.replace("-", "_"), out=args.out,
         version=args.package_version, dispatch=args.dispatch, shapes=shapes, cache=not args.no_cache, jobs=args.jobs,

@@ -81,19 +81,24 @@ def test_sizes_the_package_was_not_built_for_are_refused(dynamic):
 
 @pytest.mark.parametrize("graphs", [True, False], ids=["graph", "op_by_op"])
 def test_sequence_buckets_pad_exactly(graphs):
-    """BERT-base at batch 8 with ``--buckets seq=16,32,64,128 --pad``: lengths between buckets
-    run padded with zeros (ids and mask) in the next bucket, the hidden states cut back."""
+    """BERT-base with ``--buckets seq=16,32,64,128 --pad --dynamic batch=1:8``: lengths between
+    buckets run padded with zeros (ids and mask) in the next bucket, the hidden states cut back;
+    in each bucket the batch is a symbolic size (a graph per batch size in graph mode)."""
     eager = model_file("bert_base", FULL_SIZE_DIR).get_model(device="cuda")
     loaded = import_package("full_bert_base_seq").load("cuda", graphs=graphs, weights=eager.state_dict())
     model32 = as_float32(eager, ())[0]
     report = []
     for seq in (1, 7, 16, 17, 31, 64, 100, 128):
-        inputs = padded_inputs(8, seq, 30522, seed=seq)
-        with torch.no_grad():
-            ref, ref32 = eager(*inputs), model32(*inputs)
-        for call in range(3 if graphs else 1):
-            rows = check(loaded(*inputs), ref, ref32)
-            report += [{"model": "bert_base_seq", "graphs": graphs, "seq": seq, "call": call, **r} for r in rows]
+        for batch in (1, 3, 8):
+            inputs = padded_inputs(batch, seq, 30522, seed=seq * 10 + batch)
+            with torch.no_grad():
+                ref, ref32 = eager(*inputs), model32(*inputs)
+            for call in range(3 if graphs else 1):
+                rows = check(loaded(*inputs), ref, ref32)
+                report += [{"model": "bert_base_seq", "graphs": graphs, "seq": seq, "batch": batch, "call": call,
+                            **r} for r in rows]
     assert_all_ok(report, "dynamic_axes_check.jsonl")
     with pytest.raises(ValueError, match=r"seq size 129 is not one this package was built for"):
         loaded(*padded_inputs(8, 129, 30522, seed=1))
+    with pytest.raises(ValueError, match=r"batch size 9 is outside the range 1\.\.8"):
+        loaded(*padded_inputs(9, 16, 30522, seed=1))

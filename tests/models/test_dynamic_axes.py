@@ -129,3 +129,40 @@ def test_padding_that_would_write_state_is_refused(tmp_path):
     with pytest.raises(UsageError, match=r"--pad: (output 0 at seq \d+ changes|the model's state)"):
         build_package(source.get_model(), source.get_prompt_inputs(), arch=["sm_90"], out=tmp_path, cache=False,
                       jobs=1, shapes=Buckets((8, 16), pad=True, axis="seq"), dynamic_axes=source.get_dynamic_axes())
+
+
+@pytest.fixture(scope="module")
+def seq_buckets_dynamic_batch(tmp_path_factory):
+    module = zoo.model_file("bert")
+    model = module.get_model().eval()
+    shapes = Buckets((16, 32), pad=True, axis="seq", dynamic=Dynamic(batch=(1, 4)))
+    result = build_package(model, module.get_example_inputs(), arch=["sm_90"], name="bert_seq_batch",
+                           out=tmp_path_factory.mktemp("seqbatch"), cache=False, jobs=1, shapes=shapes,
+                           dynamic_axes=module.get_dynamic_axes())
+    return model, result
+
+
+@pytest.mark.parametrize("bucket,batch,seq", [(0, 1, 16), (0, 3, 11), (1, 4, 32), (1, 2, 17), (1, 1, 29)])
+def test_bucketed_seq_with_a_dynamic_batch(seq_buckets_dynamic_batch, bucket, batch, seq):
+    """``--buckets seq=16,32 --pad --dynamic batch=1:4``: a trace per seq bucket, each with a
+    symbolic batch; any batch in range at any seq padded into its bucket matches eager."""
+    model, result = seq_buckets_dynamic_batch
+    shapes = result.manifest.shapes
+    assert (shapes.axis, shapes.sizes, shapes.dynamic.ranges) == ("seq", (16, 32), {"batch": (1, 4)})
+    assert [i.shape for i in result.manifest.specialization(16).inputs] == [("batch", 16), ("batch", 16)]
+    size = shapes.sizes[bucket]
+    ids, mask = _inputs(batch, seq, 1000, seed=batch * 100 + seq)
+    padded = tuple(torch.cat([t, t.new_zeros(batch, size - seq)], 1) for t in (ids, mask))
+    got = leaves(interpret.run_variant(result, bucket, padded))
+    with torch.no_grad():
+        ref = leaves(model(ids, mask))
+    assert got[0].shape == (batch, size, ref[0].shape[-1])
+    assert relative_error(got[0][:, :seq], ref[0]) <= 1e-4 and relative_error(got[1], ref[1]) <= 1e-4
+
+
+def test_an_axis_both_bucketed_and_dynamic_is_refused():
+    from aotcombo.builder.inputs import options
+
+    with pytest.raises(UsageError, match="axis seq is both bucketed and dynamic"):
+        options.check_shapes(Buckets((16, 32), axis="seq", dynamic=Dynamic(seq=(1, 64))))
+    assert options.check_shapes(Buckets((32, 16), axis="seq", dynamic=Dynamic(batch=(1, 4)))).sizes == (16, 32)

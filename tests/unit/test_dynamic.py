@@ -107,7 +107,8 @@ def test_dynamic_option_errors(tmp_path):
         (["--dynamic", "batch=1:4,seq"], "names no dynamic axes"),
         (["--dynamic", "batch=1-4"], "not of the form AXIS=MIN:MAX"),
         (["--dynamic", "batch=1:1"], "holds one size"),
-        (["--dynamic", "batch=1:4", "--batch", "1,2"], "not allowed with argument"),
+        (["--dynamic", "batch=1:4", "--batch", "1,2"], "axis batch is both bucketed and dynamic"),
+        (["--batch", "1,2", "--buckets", "batch=4"], "not allowed with argument"),
     ):
         run = subprocess.run([sys.executable, "-m", "aotcombo", "build", str(model_file), "--arch", "sm_90",
                               "--out", str(tmp_path / "dist"), *options], capture_output=True, text=True, cwd=ROOT)

@@ -45,14 +45,14 @@ class Jobs:
         binaries.update({name: binaries[first] for name, first in self.copies.items()})
         return binaries
 
-    def describe(self, variants: list[VariantBuild], archs) -> str:
-        """What the compile stage compiles, for its progress line."""
+    def describe(self, variants: list[VariantBuild], archs, axis: str = "batch") -> str:
+        """What the compile stage compiles, for its progress line (``axis``: the buckets' axis)."""
         total = sum(len(v.plan.combos) for v in variants)
         copies, scheduler = len(self.copies), self.scheduler
         what = f"{total} kernels for {', '.join(f'sm_{a}' for a in archs)}"
         batches = len({v.batch for v in variants})
         if batches > 1:
-            what += f" x {batches} batch sizes"
+            what += f" x {batches} {axis} sizes"
         if copies:
             what += f" ({total - copies} distinct)"
         if scheduler.total < total - copies:

@@ -208,7 +208,15 @@ def check_shapes(shapes: ShapeMode) -> ShapeMode:
         for size in shapes.sizes:
             if not 1 <= size <= MAX_BATCH:
                 raise UsageError(f"--batch: {size} is out of range", fix=f"use sizes from 1 to {MAX_BATCH}")
-        return dataclasses.replace(shapes, sizes=tuple(sorted(set(shapes.sizes))), pad=bool(shapes.pad))
+        if shapes.dynamic is not None and not isinstance(shapes.dynamic, Dynamic):
+            raise UsageError(f"Buckets(dynamic={shapes.dynamic!r}): not a Dynamic",
+                             fix="pass Buckets(sizes, axis=..., dynamic=Dynamic(batch=(MIN, MAX)))")
+        dynamic = shapes.dynamic and check_shapes(shapes.dynamic)
+        if dynamic and shapes.axis in dynamic.ranges:
+            raise UsageError(f"axis {shapes.axis} is both bucketed and dynamic",
+                             fix=f"give {shapes.axis} sizes in --buckets or a range in --dynamic, not both")
+        return dataclasses.replace(shapes, sizes=tuple(sorted(set(shapes.sizes))), pad=bool(shapes.pad),
+                                   dynamic=dynamic)
     if isinstance(shapes, Dynamic):
         if not shapes.axes:
             raise UsageError("Dynamic(): no axis given", fix="pass Dynamic(batch=(1, 32)) or --dynamic batch=1:32")

@@ -174,13 +174,29 @@ def specialize(model, inputs: tuple, shapes: ShapeMode, make_inputs, reporter,
 
         traced, shapes = trace_inputs(shapes, inputs, input_names(model, len(inputs)), dynamic_axes, find_batch)
         return {None: traced}, shapes
+    names = input_names(model, len(inputs))
     if shapes.axis != BATCH:
         from .axis_buckets import bucket_inputs
 
-        return bucket_inputs(model, shapes, inputs, input_names(model, len(inputs)), dynamic_axes, reporter)
-    by_size, batched = example_inputs_by_size(inputs, shapes.sizes, make_inputs)
-    outputs: list[int] = []
-    if shapes.pad:
-        with reporter.stage("check that padding the batch keeps each row's outputs", timing_key="load"):
-            outputs = check_padding(_flat_eager(model), by_size, batched)
-    return by_size, dataclasses.replace(shapes, batched_inputs=tuple(batched), batched_outputs=tuple(outputs))
+        by_size, shapes = bucket_inputs(model, shapes, inputs, names, dynamic_axes, reporter)
+    else:
+        by_size, batched = example_inputs_by_size(inputs, shapes.sizes, make_inputs)
+        outputs: list[int] = []
+        if shapes.pad:
+            with reporter.stage("check that padding the batch keeps each row's outputs", timing_key="load"):
+                outputs = check_padding(_flat_eager(model), by_size, batched)
+        shapes = dataclasses.replace(shapes, batched_inputs=tuple(batched), batched_outputs=tuple(outputs))
+    return _dynamic_in_buckets(by_size, shapes, names, dynamic_axes) if shapes.dynamic else (by_size, shapes)
+
+
+def _dynamic_in_buckets(by_size: dict, shapes, names, dynamic_axes) -> tuple[dict, ShapeMode]:
+    """Buckets whose other axes are dynamic: each bucket's example inputs resized to trace
+    those axes at, and the axes with their dims."""
+    traced, dynamic = {}, None
+    for size, inputs in by_size.items():
+        def find_batch(batch: int, inputs=inputs):
+            cut, batched = example_inputs_by_size(inputs, [batch, batch + 1], None)
+            return cut[batch], batched
+
+        traced[size], dynamic = trace_inputs(shapes.dynamic, inputs, names, dynamic_axes, find_batch)
+    return traced, dataclasses.replace(shapes, dynamic=dynamic)

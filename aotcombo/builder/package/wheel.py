@@ -106,16 +106,20 @@ def _call_arguments(names: list[str]) -> list[str]:
     return shown
 
 
+def _axes(dynamic) -> str:
+    return "; ".join(f"{a.name} from {a.min} to {a.max}" for a in dynamic.axes)
+
+
 def _shapes_sentence(shapes) -> str:
     """How the generated package's docstring states its batch sizes."""
     if isinstance(shapes, Dynamic):
-        axes = "; ".join(f"{a.name} from {a.min} to {a.max}" for a in shapes.axes)
-        return (f"Dynamic axes (any size in range, one set of kernels): {axes}; in graph mode each distinct "
+        return (f"Dynamic axes (any size in range, one set of kernels): {_axes(shapes)}; in graph mode each distinct "
                 "size is captured at its second call.")
     if isinstance(shapes, Buckets):
         sizes = (f"Batch sizes (dim 0 of the batched inputs): {', '.join(map(str, shapes.sizes))}"
                  if shapes.axis == "batch" else f"Sizes of axis {shapes.axis}: {', '.join(map(str, shapes.sizes))}")
         return sizes + ("; sizes between them run padded to the next one." if shapes.pad else ".") + (
+            f" In each, dynamic axes: {_axes(shapes.dynamic)}." if shapes.dynamic else "") + (
             " The inputs above are those of the largest; each size loads at its first call (model.warm_up() "
             "loads all).")
     return ""

@@ -91,7 +91,9 @@ def _shapes_line(shapes: dict) -> list[str]:
         where = ", ".join(f"input {i} dim {d}" for i, d in dims)
         return [f"{axis}: buckets {', '.join(map(str, shapes['sizes']))} ({where})"
                 + (", sizes between buckets padded to the next one" if shapes["pad"] else ", exact sizes only")
-                + f"; shown below: {axis} {max(shapes['sizes'])}"]
+                + f"; shown below: {axis} {max(shapes['sizes'])}"] + (
+                [line.replace("dynamic, from", "dynamic in every bucket, from") for line in
+                 _shapes_line(shapes["dynamic"])] if shapes.get("dynamic") else [])
     return []
 
 
