@@ -25,6 +25,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]  # the other benchmarks; aotcombo.t
 import torch  # noqa: E402
 
 from aotcombo.testing.gpu import import_package  # noqa: E402
+from aotcombo.testing.timing import gpu_us  # noqa: E402
 from zoo_bench import measure, sample  # noqa: E402
 
 
@@ -54,19 +55,6 @@ def host_us(fn, calls: int = 400) -> float:
         fn()
         times.append((time.perf_counter_ns() - t0) / 1e3)
     torch.cuda.synchronize()
-    return statistics.median(times)
-
-
-def gpu_us(fn, calls: int = 100) -> float:
-    """Median GPU time of ``fn()`` in us (CUDA events around each call)."""
-    times = []
-    for _ in range(calls):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
     return statistics.median(times)
 
 

@@ -16,7 +16,7 @@ import importlib
 _EXPORTS = {
     "BucketedModel": "buckets", "CudaError": "cuda", "LoadedKernel": "cuda", "GraphModel": "graphs",
     "GraphPerSize": "per_size", "InputSpec": "inputs", "check_inputs": "inputs", "make_input_check": "inputs",
-    "Model": "loader", "Package": "loader", "choose_variant": "loader", "Manifest": "manifest",
+    "Model": "loader", "Package": "loader", "choose_variant": "checks", "Manifest": "manifest",
 }
 __all__ = ["BucketedModel", "CudaError", "GraphModel", "GraphPerSize", "InputSpec", "LoadedKernel", "Manifest", "Model",
            "Package", "check_inputs", "choose_variant", "make_input_check"]

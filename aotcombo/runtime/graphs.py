@@ -203,6 +203,15 @@ class GraphModel:
                                       lambda fn: capture_call(fn, model.device, graph.pool()), guard)
         self._graph = graph
 
+    @property
+    def captured(self) -> bool:
+        return self._graph is not None
+
+    @property
+    def captures_next(self) -> bool:
+        """Whether the next call captures the graph (the first ran op by op)."""
+        return self._graph is None and self._answered and not self._failed
+
     def state(self) -> dict[str, torch.Tensor]:
         """The buffers forward updates, live (see Model.state): each replay updates them."""
         return self._model.state()

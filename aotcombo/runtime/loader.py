@@ -25,6 +25,7 @@ import torch
 
 from . import cuda, parallel
 from .buckets import BucketedModel
+from .checks import Options, check_options, check_torch, choose_variant
 from .graphs import GraphModel
 from .per_size import GraphPerSize
 from .inputs import InputSpec, allocate, bind, make_input_check, sizes_of
@@ -32,60 +33,6 @@ from .manifest import GROUP, PLACED, Buckets, ComboKernel, Dynamic, Manifest, Ma
 from .state import State, weights_for_load
 
 MAX_STREAMS = 64  # bound launchers kept per model: past that (a stream per call), they are dropped
-
-
-def choose_variant(manifest: Manifest, arch: int, device_name: str | None = None) -> str:
-    """The key of the variant that runs on a GPU of compute capability ``arch`` (e.g. 86).
-
-    An exact cubin; else a cubin of the same major and a lower minor (not from 90 on:
-    Triton builds those for sm_90a, sm_100a..., which run only on their own arch); else
-    the PTX, when the driver can JIT it for this arch.
-    """
-    variants, archs, ptx = manifest.specializations[-1].variants, manifest.archs, manifest.ptx_arch
-    if f"sm_{arch}" in variants:
-        return f"sm_{arch}"
-    same_major = [a for a in archs if a < 90 and a // 10 == arch // 10 and a < arch and f"sm_{a}" in variants]
-    if same_major:
-        return f"sm_{max(same_major)}"
-    if "ptx" in variants and (ptx == arch or ptx < 90 and ptx < arch):
-        return "ptx"
-    device = f"this device ({device_name})" if device_name else "this device"
-    cubins = f"cubins for {', '.join(f'sm_{a}' for a in archs)}" if archs else "no cubins"
-    ptx_text = f"PTX for sm_{ptx}+" if "ptx" in variants else "no PTX"
-    raise RuntimeError(f"package {manifest.name} has {cubins} and {ptx_text}; {device} is sm_{arch}: "
-                       f"rebuild with --arch sm_{arch}")
-
-
-def check_torch(manifest: Manifest, version: str | None = None) -> None:
-    """Raise RuntimeError unless this torch is one the package runs on (``AOTCOMBO_ANY_TORCH=1``
-    skips the check, at the user's risk)."""
-    version = version or torch.__version__
-    first, last = manifest.torch
-    release = _release(version)
-    if _release(first) <= release <= _release(last) or os.environ.get("AOTCOMBO_ANY_TORCH") == "1":
-        return
-    private = manifest.private_ops
-    calls = f"; it calls torch's private {', '.join(private)}, whose contract" if private else "; torch's ops"
-    major, minor = last.split(".")
-    raise RuntimeError(
-        f"package {manifest.name} runs on torch {first} to {last}, and this is torch {version}{calls} may differ "
-        f"in other releases: install torch>={first},<{major}.{int(minor) + 1}, or rebuild the package with an "
-        "aotcombo that supports this torch (AOTCOMBO_ANY_TORCH=1 skips this check, at your own risk)")
-
-
-def _release(version: str) -> tuple[int, int]:
-    """(major, minor) of a version string: "2.14.1+cu130" -> (2, 14)."""
-    major, minor = version.split("+")[0].split(".")[:2]
-    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
-
-
-def check_options(graphs, copy_outputs, check_inputs) -> None:
-    """Validate load()'s options."""
-    if graphs is not None and not isinstance(graphs, bool):
-        raise TypeError(f"load(): graphs must be True, False or None, got {graphs!r}")
-    for name, value in (("copy_outputs", copy_outputs), ("check_inputs", check_inputs)):
-        if not isinstance(value, bool):
-            raise TypeError(f"load(): {name} must be True or False, got {value!r}")
 
 
 class Loaded(NamedTuple):
@@ -254,13 +201,15 @@ class Package:
 
     def load(self, device="cuda", *, graphs: bool | None = None, copy_outputs: bool = True,
              check_inputs: bool = True, weights=None, state=None, rank: int | None = None,
-             world_size: int | None = None) -> Model | GraphModel | GraphPerSize | BucketedModel:
+             world_size: int | None = None, max_graphs: int = 64,
+             capture_after: int = 8) -> Model | GraphModel | GraphPerSize | BucketedModel:
         """Load the model on ``device`` ("cuda" for the current one, or "cuda:N").
 
         Kernels and weights load once per device. ``graphs``: capture the forward in a CUDA
         graph now and replay it per call (default; falling back to op by op, with a warning,
-        if the capture fails; with a dynamic batch, a graph per batch size, captured at its
-        first call). ``copy_outputs=False`` (graph mode): return the graph's own output
+        if the capture fails; with dynamic axes, a graph per distinct sizes, captured at their
+        ``capture_after``-th call, at most ``max_graphs`` of them held, the least recently
+        called dropped for a new one: per_size.py). ``copy_outputs=False`` (graph mode): return the graph's own output
         tensors, valid until the next call. ``check_inputs=False``: skip the per-call input
         check. A package built for several batch sizes returns a ``BucketedModel``, which
         loads each bucket at its first call. ``weights``: tensors by the model's names (its
@@ -274,7 +223,7 @@ class Package:
         in that group, holding its slice of the weights (``weights``: whole tensors; each rank
         cuts its own). ``rank`` and ``world_size``, if given, are checked against the group.
         """
-        check_options(graphs, copy_outputs, check_inputs)
+        options = check_options(graphs, copy_outputs, check_inputs, max_graphs, capture_after)
         check_torch(self.manifest)
         index, shapes = _device_index(device), self.manifest.shapes
         rank = parallel.check_group(self.manifest, torch.device("cuda", index), rank, world_size)
@@ -283,22 +232,24 @@ class Package:
         if isinstance(shapes, Buckets):
             names, prepared = [i.name for i in self.manifest.inputs], {}
             return BucketedModel(self.manifest.name, dev.device,
-                                 lambda size: self._model(index, size, graphs, copy_outputs, check_inputs, weights,
-                                                          held, prepared), shapes, names, held)
-        return self._model(index, None, graphs, copy_outputs, check_inputs, weights, held)
+                                 lambda size: self._model(index, size, options, weights, held, prepared), shapes,
+                                 names, held)
+        return self._model(index, None, options, weights, held)
 
-    def _model(self, index: int, bucket: int | None, graphs: bool | None, copy_outputs: bool, check_inputs: bool,
-               weights: list, state: State, prepared: dict | None = None):
+    def _model(self, index: int, bucket: int | None, options: Options, weights: list, state: State,
+               prepared: dict | None = None):
         """The model of one input shape on a device: op by op when ``graphs`` is False, else in
         graph mode (``graphs=True``: a failed capture raises; None: it falls back to op by op)."""
         with self._lock:
             if (index, bucket) not in self._loaded:
                 self._loaded[index, bucket] = self._load(index, bucket)
-        model = Model(self._loaded[index, bucket], weights, state, check_inputs, prepared)
+        graphs, copy_outputs = options.graphs, options.copy_outputs
+        model = Model(self._loaded[index, bucket], weights, state, options.check_inputs, prepared)
         if graphs is False:
             return model
-        if _dynamic(self.manifest.shapes):  # a graph per size, at its second call
-            return GraphPerSize(model, copy_outputs, strict=bool(graphs))
+        if _dynamic(self.manifest.shapes):  # a graph per size, at its capture_after-th call
+            return GraphPerSize(model, copy_outputs, options.max_graphs, strict=bool(graphs),
+                                capture_after=options.capture_after)
         graph = GraphModel(model, copy_outputs, strict=bool(graphs))
         return graph.capture() if graphs else graph  # graphs=True: now, so that a failed capture raises here
 

@@ -26,17 +26,44 @@ functional op runs it on the process group's own stream and joins back through t
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import torch
+
+_fresh = threading.local()
+
+
+@contextlib.contextmanager
+def fresh_shapes():
+    """Attention in this block leaves cuDNN's backend out: it builds an execution plan at each
+    shape it has not seen (38-82 ms at BERT-base's on an H200, against 0.1-6.5 ms for the
+    memory-efficient kernel's first call: benchmarks/attention_backends.py). Graph mode with
+    dynamic axes runs a size's calls before its capture in here; the capture and its replays
+    use the fastest backend (cuDNN's there: 0.40x the efficient kernel's time at 32 x 512)."""
+    before = getattr(_fresh, "on", False)
+    _fresh.on = True
+    try:
+        yield
+    finally:
+        _fresh.on = before
 
 
 def attention(query, key, value, *, layout: str, attn_mask=None, is_causal: bool = False,
               scale: float | None = None, enable_gqa: bool = False) -> tuple[torch.Tensor]:
     """``F.scaled_dot_product_attention``, its output in ``layout``; a 1-tuple, as the
     private ops' first output."""
-    out = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
-        **({"enable_gqa": True} if enable_gqa else {}))
+    with _no_plans() if getattr(_fresh, "on", False) else contextlib.nullcontext():
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
+            **({"enable_gqa": True} if enable_gqa else {}))
     return (in_layout(out, layout),)
+
+
+def _no_plans():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 def in_layout(out: torch.Tensor, layout: str) -> torch.Tensor:

@@ -3,40 +3,68 @@
 A package built with ``--dynamic`` serves every size in its ranges from one set of
 kernels; a CUDA graph, though, holds one shape. ``GraphPerSize`` keeps a ``GraphModel``
 (graphs.py) per distinct sizes a call brings (a batch size; a batch and a sequence length),
-each captured at that size's second call, all drawing on one memory pool. Past
-``max_graphs`` sizes a new one runs op by op (``_OpByOp``): memory stays bounded whatever
-sizes callers send.
+all drawing on one memory pool. A size runs op by op until its ``capture_after``-th call,
+which captures its graph (a capture cost about 15 ms for BERT-base on an H100: a size must
+come back to pay for it); at most ``max_graphs`` sizes hold a graph, the capture of one more
+dropping the graph of the size called least recently (its memory goes back to the pool for
+the next capture). Memory stays bounded whatever sizes callers send. The calls before a
+size's capture leave cuDNN's attention out (``ops.fresh_shapes``: no execution plan built for
+a size that may never come back); its capture and replays use it.
+
+The defaults (8th call, 64 graphs) are the measured best of ``benchmarks/graph_policy_bench.py``
+(BERT-base, a search service's mix of 381 and 772 distinct sizes in 1500 calls, H100; warm,
+every shape seen once before): mean 2.34 / 2.34 ms a call, against 3.41 / 3.98 capturing at the
+second call and 2.68 / 2.61 for graphs of the first 64 sizes seen only (the policy before); from
+a cold process 4.20 / 3.77 ms, 15.66 / 21.19 with cuDNN's attention at first sight
+(docs/runtime_paths.md). Op by op took 2.19 / 2.16 there: that mix's calls are mostly bound by
+the GPU, where a graph saves little; at sizes that recur and are bound by launches, a replay is
+several times faster than op by op (docs/runtime_paths.md, shapes_bench).
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 
 import torch
 
+from . import ops
 from .graphs import GraphModel, StreamOrder
 from .inputs import axis_dims, bind
 
 
 class GraphPerSize:
     """A package with dynamic axes in graph mode: one CUDA graph per distinct sizes of its
-    axes (a batch size; a batch and a sequence length), captured at their second call (the
-    first runs op by op), replayed after.
+    axes (a batch size; a batch and a sequence length), captured at their ``capture_after``-th
+    call (those before run op by op), replayed after.
 
     Memory: the graphs share one memory pool for their intermediates, so it holds about the
     largest forward's peak, not the sum; each size keeps its own static inputs and outputs.
     Their replays are serialised (one lock, one stream order), which is what makes sharing
-    the pool safe. Past ``max_graphs`` sizes, a new size runs op by op.
+    the pool safe. At most ``max_graphs`` sizes hold a graph, the least recently called one
+    dropped for a new capture; ``PENDING`` sizes per graph at most are counted (or hold static
+    inputs, waiting for their capture), the least recent forgotten past that.
     """
 
-    def __init__(self, model, copy_outputs: bool = True, max_graphs: int = 64, strict: bool = False):
+    PENDING = 4
+
+    def __init__(self, model, copy_outputs: bool = True, max_graphs: int = 64, strict: bool = False,
+                 capturer=None, capture_after: int = 8):
+        for name, value in (("max_graphs", max_graphs), ("capture_after", capture_after)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "max_graphs" else 2):
+                raise ValueError(f"{name}={value!r}: a CUDA graph per size needs room for one at least and is "
+                                 "captured at a size's second call at the earliest; load(..., graphs=False) runs "
+                                 "every size op by op")
         self.name, self.variant, self.device, self.weights = model.name, model.variant, model.device, model.weights
         self.mutated, self.copy_outputs, self.max_graphs = model.mutated, copy_outputs, max_graphs
+        self.capture_after, self._calls = capture_after, OrderedDict()  # sizes -> calls so far, without a graph
         self._strict = strict  # a failed capture raises (load(graphs=True)); else that size runs op by op
-        self._model, self._graphs, self.names, self.input_check = model, {}, model.names, model.input_check
+        self._model, self.names, self.input_check = model, model.names, model.input_check
+        self._graphs: OrderedDict = OrderedDict()  # sizes -> GraphModel, least recently called first
         self._axes = axis_dims(model.specs)  # axis -> (input, dim) its size is read from
         self._where = tuple(self._axes.values())
         self._lock, self._order, self._pool = threading.Lock(), StreamOrder.on(model.device), None
+        self._capturer, self.captures = capturer, 0
 
     def __call__(self, *inputs, **named):
         if named:
@@ -49,15 +77,33 @@ class GraphPerSize:
         if graph is not None:
             outputs = graph.replay_bound(inputs)
             if outputs is not None:
+                self._touch(key)
                 return outputs
         fresh = graph is None or not graph.holds(inputs)
         exact = True
         if fresh:  # a graph's own static inputs need no check
             if self.input_check is not None:
                 exact = self.input_check(inputs)
-            if graph is None:
-                graph = self._graph(key)
-        return graph.replay_checked(inputs, fresh, exact)
+        if graph is None and not self._admit(key):
+            with ops.fresh_shapes():
+                return self._model.run(inputs) if exact else self._model.run_staged(inputs)
+        graph = self._graph(key)
+        if graph.captured or graph.captures_next:
+            return graph.replay_checked(inputs, fresh, exact)
+        with ops.fresh_shapes():  # its graph's first call, op by op
+            return graph.replay_checked(inputs, fresh, exact)
+
+    def _admit(self, key: tuple) -> bool:
+        """Whether ``key``'s sizes get a graph at this call, so that their ``capture_after``-th
+        call captures it (their graph's first call runs op by op); else the call is counted."""
+        with self._lock:
+            calls = self._calls.pop(key, 0) + 1
+            if calls + 1 >= self.capture_after:
+                return True
+            self._calls[key] = calls
+            while len(self._calls) > (self.PENDING + 1) * self.max_graphs:
+                self._calls.popitem(last=False)
+            return False
 
     def static_inputs(self, batch: int | None = None, **sizes: int) -> tuple:
         """The input tensors of one size's graph (``static_inputs(8)`` for a batch of 8,
@@ -73,12 +119,8 @@ class GraphPerSize:
             if not low <= size <= high:
                 raise ValueError(f"{self.name}: {axis} size {size} is outside the range {low}..{high} it was "
                                  "built for")
-        key = tuple(sizes[a] for a in self._axes)
-        graph = self._graphs.get(key) or self._graph(key)
-        if isinstance(graph, _OpByOp):
-            raise ValueError(  # noqa: TRY004 (the size is what is wrong, as for the range above)
-                f"{self.name}: {_shown(self._axes, key)} runs op by op (no graph); pass your own inputs")
-        return graph.static_inputs()
+        with self._lock:
+            return self._entry(tuple(sizes[a] for a in self._axes)).static_inputs()
 
     def state(self) -> dict[str, torch.Tensor]:
         """The buffers forward updates, live, shared by every size's graph."""
@@ -88,46 +130,45 @@ class GraphPerSize:
         self._model.reset_state()
 
     def sizes(self) -> list:
-        """The sizes that have their own graph so far (captured at their second call): batch
-        sizes with one dynamic axis, else tuples in the axes' order."""
-        keys = sorted(k for k, g in self._graphs.items() if isinstance(g, GraphModel))
+        """The sizes that hold a graph now (captured at their ``capture_after``-th call): batch sizes with
+        one dynamic axis, else tuples in the axes' order."""
+        keys = sorted(k for k, g in self._graphs.items() if g.captured)
         return [k[0] for k in keys] if len(self._axes) == 1 else keys
 
-    def _graph(self, key: tuple):
+    def _touch(self, key: tuple) -> None:
         with self._lock:
             if key in self._graphs:
-                return self._graphs[key]
-            if len(self._graphs) >= self.max_graphs:
-                graph = _OpByOp(self._model)
-            else:
-                if self._pool is None:
-                    self._pool = torch.cuda.graph_pool_handle()
-                graph = GraphModel(self._model, self.copy_outputs, self._order, self._lock, self._pool,
-                                   dict(zip(self._axes, key)), strict=self._strict)
-            self._graphs[key] = graph
+                self._graphs.move_to_end(key)
+
+    def _graph(self, key: tuple) -> GraphModel:
+        """The graph of ``key``'s sizes for a call: if the call will capture it, room made first."""
+        with self._lock:
+            graph = self._entry(key)
+            if graph.captures_next:
+                self._forget(sum(g.captured for g in self._graphs.values()) - self.max_graphs + 1, captured=True)
+                self.captures += 1
             return graph
+
+    def _entry(self, key: tuple) -> GraphModel:
+        """The graph of ``key``'s sizes, made at its first call, marked the most recently called
+        (under the lock)."""
+        graph = self._graphs.get(key)
+        if graph is None:
+            if self._pool is None and self._capturer is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            graph = GraphModel(self._model, self.copy_outputs, self._order, self._lock, self._pool,
+                               dict(zip(self._axes, key)), capturer=self._capturer, strict=self._strict)
+            self._graphs[key] = graph
+            self._forget(len(self._graphs) - (self.PENDING + 1) * self.max_graphs, captured=False)
+        self._graphs.move_to_end(key)
+        return graph
+
+    def _forget(self, count: int, captured: bool) -> None:
+        """Drop the ``count`` least recently called sizes that hold a graph (``captured``) or
+        wait for their capture (not), but never the most recent one."""
+        if count > 0:
+            for key in [k for k, g in list(self._graphs.items())[:-1] if g.captured == captured][:count]:
+                del self._graphs[key]
 
     def __repr__(self):
         return f"<Model {self.name} {self.variant} on {self.device}, a CUDA graph per size of {', '.join(self._axes)}>"
-
-
-def _shown(axes: dict, key: tuple) -> str:
-    return ", ".join(f"{a} {k}" for a, k in zip(axes, key))
-
-
-class _OpByOp:
-    """A batch size past GraphPerSize's ``max_graphs``: run op by op, on inputs GraphPerSize
-    has checked already; inputs of other strides or alignment are copied into the layout it
-    was built for, as ``Model`` does."""
-
-    def __init__(self, model):
-        self._model = model
-
-    def holds(self, inputs) -> bool:
-        return False
-
-    def replay_bound(self, inputs):
-        return None
-
-    def replay_checked(self, inputs, fresh: bool = True, exact: bool = True):
-        return self._model.run(inputs) if exact else self._model.run_staged(inputs)

@@ -151,3 +151,16 @@ def matmul_rate(device, n: int, dtype, warmup_ms: int, rep_ms: int) -> dict:
     b = torch.randn(n, n, device=device, dtype=dtype)
     ms = do_bench_ms(lambda: a @ b, [()], warmup_ms, rep_ms)
     return {"n": n, "dtype": str(dtype).replace("torch.", ""), "ms": ms, "TFLOPs": 2 * n**3 / (ms * 1e-3) / 1e12}
+
+
+def gpu_us(fn, calls: int = 100) -> float:
+    """Median GPU time of ``fn()`` in us (CUDA events around each call)."""
+    times = []
+    for _ in range(calls):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)

@@ -48,7 +48,7 @@ def dynamic(request):
 @pytest.mark.parametrize("graphs", [True, False], ids=["graph", "op_by_op"])
 def test_every_size_in_range_matches_eager(dynamic, graphs):
     name, package, eager, weights, vocab = dynamic
-    loaded = package.load("cuda", graphs=graphs, weights=weights)
+    loaded = package.load("cuda", graphs=graphs, weights=weights, capture_after=2)
     model32 = as_float32(eager, ())[0] if next(eager.parameters()).dtype != torch.float32 else None
     report, pairs = [], [(b, s) for b in BATCHES[name] for s in SEQS[name]]
     assert len(pairs) >= 40
@@ -85,7 +85,8 @@ def test_sequence_buckets_pad_exactly(graphs):
     buckets run padded with zeros (ids and mask) in the next bucket, the hidden states cut back;
     in each bucket the batch is a symbolic size (a graph per batch size in graph mode)."""
     eager = model_file("bert_base", FULL_SIZE_DIR).get_model(device="cuda")
-    loaded = import_package("full_bert_base_seq").load("cuda", graphs=graphs, weights=eager.state_dict())
+    loaded = import_package("full_bert_base_seq").load("cuda", graphs=graphs, weights=eager.state_dict(),
+                                                       capture_after=2)
     model32 = as_float32(eager, ())[0]
     report = []
     for seq in (1, 7, 16, 17, 31, 64, 100, 128):

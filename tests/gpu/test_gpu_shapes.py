@@ -73,11 +73,11 @@ def test_dynamic_batch_matches_eager_inside_its_range(sample, graphs):
     name, model, inputs = sample
     package = import_package(f"{name}_dynamic")
     assert package.manifest.shapes.ranges == {"batch": tuple(DYNAMIC)}
-    loaded = package.load("cuda", graphs=graphs)
+    loaded = package.load("cuda", graphs=graphs, capture_after=2)
     for batch in (1, 2, 3, 17, 100, 256, 3):  # 3 again: a replay of the graph captured for it
         _check(name, loaded, model, inputs(batch), f"batch {batch}")
     if graphs:
-        assert loaded.sizes() == [1, 2, 3, 17, 100, 256]
+        assert loaded.sizes() == [3]  # the one size called twice: captured at its second call
         static = loaded.static_inputs(5)
         for t, fresh in zip(static, inputs(5)):
             t.copy_(fresh)

@@ -209,6 +209,16 @@ def test_check_options_types(options, message):
         check_options(*options)
 
 
+@pytest.mark.parametrize("options, message", [
+    ((None, True, True, 0), r"load\(\): max_graphs must be a whole number from 1, got 0 "),
+    ((None, True, True, 64, 1), r"load\(\): capture_after must be a whole number from 2, got 1 "),
+    ((None, True, True, True), r"load\(\): max_graphs must be a whole number from 1, got True "),
+])
+def test_check_graph_budget(options, message):
+    with pytest.raises(ValueError, match=message):
+        check_options(*options)
+
+
 def test_load_checks_options_first(tmp_path):
     (tmp_path / "manifest.json").write_text(STATIC.to_json())
     with pytest.raises(TypeError, match="copy_outputs must be True or False"):

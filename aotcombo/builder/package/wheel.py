@@ -114,7 +114,7 @@ def _shapes_sentence(shapes) -> str:
     """How the generated package's docstring states its batch sizes."""
     if isinstance(shapes, Dynamic):
         return (f"Dynamic axes (any size in range, one set of kernels): {_axes(shapes)}; in graph mode each distinct "
-                "size is captured at its second call.")
+                "size is captured at its 8th call (load(capture_after=N)).")
     if isinstance(shapes, Buckets):
         sizes = (f"Batch sizes (dim 0 of the batched inputs): {', '.join(map(str, shapes.sizes))}"
                  if shapes.axis == "batch" else f"Sizes of axis {shapes.axis}: {', '.join(map(str, shapes.sizes))}")
