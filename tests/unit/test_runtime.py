@@ -1,6 +1,7 @@
 """The runtime shipped in every generated package (aotcombo/runtime), on the CPU (a stand-in driver
 where one is needed); its driver calls on a GPU are tests/gpu/test_gpu_launch.py."""
 
+import contextlib
 import ctypes
 import dataclasses
 import json
@@ -410,6 +411,26 @@ def test_graph_model_captures_at_the_second_call():
     with pytest.warns(UserWarning, match="m: capturing the forward in a CUDA graph failed: capture failed"):
         assert torch.equal(model(x + 1)["y"][0], (x + 1) * 2)
     assert torch.equal(model(x + 2)["y"][0], (x + 2) * 2) and len(runs) == 3  # op by op from then on, no retry
+
+
+def test_graph_model_first_call_builds_no_attention_plan(monkeypatch):
+    """The call before the capture runs in ``ops.fresh_shapes()`` (cuDNN's attention plan is
+    left to the capture); calls after a failed capture do not."""
+    entered = []
+
+    @contextlib.contextmanager
+    def recording():
+        entered.append(True)
+        yield
+
+    monkeypatch.setattr(graphs.ops, "fresh_shapes", recording)
+    model, runs = _graph_model(fail=True)
+    model(torch.arange(4.0))
+    assert entered == [True]
+    with pytest.warns(UserWarning, match="capture failed"):
+        model(torch.arange(4.0))
+    model(torch.arange(4.0))
+    assert entered == [True] and len(runs) == 3
 
 
 def test_graph_model_copies_any_layout():
