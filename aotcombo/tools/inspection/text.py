@@ -83,8 +83,9 @@ def _shapes_line(shapes: dict) -> list[str]:
     if shapes["mode"] == "dynamic":
         return [f"{a['name']}: dynamic, from {a['min']} to {a['max']} ("
                 + ", ".join(f"input {i} dim {d}" for i, d in a["dims"]) + ")" for a in shapes["axes"]] + [
-                "grids computed per call; a CUDA graph per distinct size in graph mode (the shapes and launches "
-                "below hold for the whole range)"]
+                "grids computed per call (the shapes and launches below hold for the whole range); in graph mode "
+                "a CUDA graph per distinct size, captured at its 8th call, at most 64 held, the least recently "
+                "called dropped (load(capture_after=N, max_graphs=N))"]
     if shapes["mode"] == "buckets":
         axis = shapes.get("axis", "batch")
         dims = shapes.get("dims") or [(i, 0) for i in shapes.get("batched_inputs", [])]
