@@ -22,7 +22,7 @@ import torch
 
 from ..errors import UnsupportedModelError, UsageError
 from ..progress import Reporter
-from ..runtime.manifest import Dynamic, Manifest
+from ..runtime.manifest import Dynamic, Manifest, dynamic_axes
 from . import kernels
 from .cache.store import Cache
 from .codegen.check import check_on_meta
@@ -97,7 +97,7 @@ class Build:
 
     @property
     def dynamic(self) -> Dynamic | None:
-        return self.shapes if isinstance(self.shapes, Dynamic) else getattr(self.shapes, "dynamic", None)
+        return dynamic_axes(self.shapes)
 
 
 def _inputs(build: Build) -> None:

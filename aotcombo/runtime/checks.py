@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import torch
 
-from .manifest import Manifest
+from .manifest import CAPTURE_AFTER, MAX_GRAPHS, Manifest
 
 
 def choose_variant(manifest: Manifest, arch: int, device_name: str | None = None) -> str:
@@ -66,15 +66,21 @@ class Options(NamedTuple):
     capture_after: int
 
 
-def check_options(graphs, copy_outputs, check_inputs, max_graphs: int = 64, capture_after: int = 8) -> Options:
+def check_options(graphs, copy_outputs, check_inputs, max_graphs: int = MAX_GRAPHS,
+                  capture_after: int = CAPTURE_AFTER) -> Options:
     """Validate load()'s options."""
     if graphs is not None and not isinstance(graphs, bool):
         raise TypeError(f"load(): graphs must be True, False or None, got {graphs!r}")
     for name, value in (("copy_outputs", copy_outputs), ("check_inputs", check_inputs)):
         if not isinstance(value, bool):
             raise TypeError(f"load(): {name} must be True or False, got {value!r}")
+    check_graph_budget(max_graphs, capture_after)
+    return Options(graphs, copy_outputs, check_inputs, max_graphs, capture_after)
+
+
+def check_graph_budget(max_graphs: int, capture_after: int) -> None:
+    """``max_graphs`` from 1, ``capture_after`` from 2 (a size's first call runs op by op)."""
     for name, value, low in (("max_graphs", max_graphs, 1), ("capture_after", capture_after, 2)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"load(): {name} must be a whole number from {low}, got {value!r} "
                              "(graphs=False runs every size op by op)")
-    return Options(graphs, copy_outputs, check_inputs, max_graphs, capture_after)

@@ -29,7 +29,8 @@ from .checks import Options, check_options, check_torch, choose_variant
 from .graphs import GraphModel
 from .per_size import GraphPerSize
 from .inputs import InputSpec, allocate, bind, make_input_check, sizes_of
-from .manifest import GROUP, PLACED, Buckets, ComboKernel, Dynamic, Manifest, ManifestError
+from .manifest import (CAPTURE_AFTER, GROUP, MAX_GRAPHS, PLACED, Buckets, ComboKernel, Manifest, ManifestError,
+                       dynamic_axes)
 from .state import State, weights_for_load
 
 MAX_STREAMS = 64  # bound launchers kept per model: past that (a stream per call), they are dropped
@@ -156,11 +157,6 @@ class Model:
         return f"<Model {self.name} {self.variant} on {self.device}>"
 
 
-def _dynamic(shapes) -> Dynamic | None:
-    """The package's dynamic axes: all of them, or those symbolic in every bucket."""
-    return shapes if isinstance(shapes, Dynamic) else getattr(shapes, "dynamic", None)
-
-
 def _device_index(device) -> int:
     d = torch.device(device)
     if d.type != "cuda":
@@ -201,8 +197,8 @@ class Package:
 
     def load(self, device="cuda", *, graphs: bool | None = None, copy_outputs: bool = True,
              check_inputs: bool = True, weights=None, state=None, rank: int | None = None,
-             world_size: int | None = None, max_graphs: int = 64,
-             capture_after: int = 8) -> Model | GraphModel | GraphPerSize | BucketedModel:
+             world_size: int | None = None, max_graphs: int = MAX_GRAPHS,
+             capture_after: int = CAPTURE_AFTER) -> Model | GraphModel | GraphPerSize | BucketedModel:
         """Load the model on ``device`` ("cuda" for the current one, or "cuda:N").
 
         Kernels and weights load once per device. ``graphs``: capture the forward in a CUDA
@@ -247,7 +243,7 @@ class Package:
         model = Model(self._loaded[index, bucket], weights, state, options.check_inputs, prepared)
         if graphs is False:
             return model
-        if _dynamic(self.manifest.shapes):  # a graph per size, at its capture_after-th call
+        if dynamic_axes(self.manifest.shapes):  # a graph per size, at its capture_after-th call
             return GraphPerSize(model, copy_outputs, options.max_graphs, strict=bool(graphs),
                                 capture_after=options.capture_after)
         graph = GraphModel(model, copy_outputs, strict=bool(graphs))
@@ -300,7 +296,7 @@ class Package:
             cuda.set_current_context(previous)
         program = importlib.import_module(f"{self._import_name or m.name}.{variant.program}")
         name = m.name if bucket is None else f"{m.name}[{m.shapes.axis} {bucket}]"
-        dynamic = _dynamic(m.shapes)
+        dynamic = dynamic_axes(m.shapes)
         ranges = dynamic.ranges if dynamic else None
         forward = program.forward if m.world_size == 1 else \
             functools.partial(program.forward, **{GROUP: parallel.group_name()})  # its collectives' group

@@ -34,6 +34,8 @@ from .manifest_decode import ManifestError, decode
 FORMAT = 2
 BATCH = "batch"  # the axis --batch and dim 0 stand for
 PLACED = "aotcombo_out"  # the program's parameter: tensors for the outputs it would allocate itself
+MAX_GRAPHS = 64  # load()'s default, dynamic axes: sizes holding a CUDA graph at once (per_size.py)
+CAPTURE_AFTER = 8  # load()'s default, dynamic axes: the call of a size that captures its graph
 GROUP = "aotcombo_group"  # the program's parameter: its collectives' process group (tensor parallel)
 
 
@@ -123,6 +125,11 @@ class Dynamic:
 
 
 ShapeMode = Static | Buckets | Dynamic
+
+
+def dynamic_axes(shapes: ShapeMode) -> Dynamic | None:
+    """The symbolic axes of a shape mode: all of them, or those dynamic in every bucket."""
+    return shapes if isinstance(shapes, Dynamic) else getattr(shapes, "dynamic", None)
 SHAPE_MODES = {"static": Static, "buckets": Buckets, "dynamic": Dynamic}
 
 

@@ -29,6 +29,8 @@ from collections import OrderedDict
 import torch
 
 from . import ops
+from .checks import check_graph_budget
+from .manifest import CAPTURE_AFTER, MAX_GRAPHS
 from .graphs import GraphModel, StreamOrder
 from .inputs import axis_dims, bind
 
@@ -48,13 +50,9 @@ class GraphPerSize:
 
     PENDING = 4
 
-    def __init__(self, model, copy_outputs: bool = True, max_graphs: int = 64, strict: bool = False,
-                 capturer=None, capture_after: int = 8):
-        for name, value in (("max_graphs", max_graphs), ("capture_after", capture_after)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "max_graphs" else 2):
-                raise ValueError(f"{name}={value!r}: a CUDA graph per size needs room for one at least and is "
-                                 "captured at a size's second call at the earliest; load(..., graphs=False) runs "
-                                 "every size op by op")
+    def __init__(self, model, copy_outputs: bool = True, max_graphs: int = MAX_GRAPHS, strict: bool = False,
+                 capturer=None, capture_after: int = CAPTURE_AFTER):
+        check_graph_budget(max_graphs, capture_after)
         self.name, self.variant, self.device, self.weights = model.name, model.variant, model.device, model.weights
         self.mutated, self.copy_outputs, self.max_graphs = model.mutated, copy_outputs, max_graphs
         self.capture_after, self._calls = capture_after, OrderedDict()  # sizes -> calls so far, without a graph
@@ -87,11 +85,7 @@ class GraphPerSize:
         if graph is None and not self._admit(key):
             with ops.fresh_shapes():
                 return self._model.run(inputs) if exact else self._model.run_staged(inputs)
-        graph = self._graph(key)
-        if graph.captured or graph.captures_next:
-            return graph.replay_checked(inputs, fresh, exact)
-        with ops.fresh_shapes():  # its graph's first call, op by op
-            return graph.replay_checked(inputs, fresh, exact)
+        return self._graph(key).replay_checked(inputs, fresh, exact)  # its first call: op by op, fresh_shapes
 
     def _admit(self, key: tuple) -> bool:
         """Whether ``key``'s sizes get a graph at this call, so that their ``capture_after``-th

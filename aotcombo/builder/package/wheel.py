@@ -36,7 +36,7 @@ from pathlib import Path
 
 from ... import __version__
 from ...errors import OutputError
-from ...runtime.manifest import Buckets, Dynamic
+from ...runtime.manifest import CAPTURE_AFTER, MAX_GRAPHS, Buckets, Dynamic
 from ..compile import native
 from ..inputs.environment import RUNTIME_PYTHON, runtime_requirement
 from .manifest import Contents
@@ -91,6 +91,8 @@ def package_files(contents: Contents, extensions: dict[str, bytes] | None) -> di
         external=bool(manifest.weights.external),
         state=list(manifest.weights.state),
         world_size=manifest.world_size,
+        max_graphs=MAX_GRAPHS,
+        capture_after=CAPTURE_AFTER,
         manifest_sha256=hashlib.sha256(manifest_json).hexdigest(),
     ).encode()
     return files
@@ -114,7 +116,7 @@ def _shapes_sentence(shapes) -> str:
     """How the generated package's docstring states its batch sizes."""
     if isinstance(shapes, Dynamic):
         return (f"Dynamic axes (any size in range, one set of kernels): {_axes(shapes)}; in graph mode each distinct "
-                "size is captured at its 8th call (load(capture_after=N)).")
+                f"size is captured at its call {CAPTURE_AFTER} (load(capture_after=N)).")
     if isinstance(shapes, Buckets):
         sizes = (f"Batch sizes (dim 0 of the batched inputs): {', '.join(map(str, shapes.sizes))}"
                  if shapes.axis == "batch" else f"Sizes of axis {shapes.axis}: {', '.join(map(str, shapes.sizes))}")

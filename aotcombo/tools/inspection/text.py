@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...runtime.manifest import ITEMSIZE
+from ...runtime.manifest import CAPTURE_AFTER, ITEMSIZE, MAX_GRAPHS
 from .contents import level_ranks, steps, variant_order
 
 
@@ -84,8 +84,8 @@ def _shapes_line(shapes: dict) -> list[str]:
         return [f"{a['name']}: dynamic, from {a['min']} to {a['max']} ("
                 + ", ".join(f"input {i} dim {d}" for i, d in a["dims"]) + ")" for a in shapes["axes"]] + [
                 "grids computed per call (the shapes and launches below hold for the whole range); in graph mode "
-                "a CUDA graph per distinct size, captured at its 8th call, at most 64 held, the least recently "
-                "called dropped (load(capture_after=N, max_graphs=N))"]
+                f"a CUDA graph per distinct size, captured at its call {CAPTURE_AFTER}, at most {MAX_GRAPHS} held, "
+                "the least recently called dropped (load(capture_after=N, max_graphs=N))"]
     if shapes["mode"] == "buckets":
         axis = shapes.get("axis", "batch")
         dims = shapes.get("dims") or [(i, 0) for i in shapes.get("batched_inputs", [])]
