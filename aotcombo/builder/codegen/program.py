@@ -8,6 +8,7 @@ from ...runtime.manifest import GROUP, PLACED
 from .. import graph as g
 from ..graph import ATTENTION, COLLECTIVES
 from ..plan.combos import Combo, ComboLaunch, Plan
+from ..plan.memory import releases
 from .combo import grid_expr, literal
 from .render import render
 
@@ -178,6 +179,19 @@ def _overload(op: str):
     return getattr(getattr(getattr(torch.ops, namespace), name, None), overload, None)
 
 
+def _body(plan: Plan, combos: dict, placed: dict, roots: dict, restride: dict) -> list[str]:
+    """forward's lines: each op's, a ``del`` of the names dead after it (``plan.memory``: their
+    memory goes back to torch's allocator, or the graph's pool, for the next buffers), then
+    the copies back into the inputs the model updates."""
+    graph, ops = plan.graph, plan.call_ops
+    lines = []
+    for op, dead in zip(ops, releases(ops, set(graph.outputs), roots)):
+        lines.append(_op_line(op, combos, placed, roots, restride))
+        if dead:
+            lines.append(f"del {', '.join(dead)}")
+    return lines + [f"{name}.copy_({graph.outputs[i]})" for name, i in graph.mutations]
+
+
 def render_program(plan: Plan, structure: tuple, name: str) -> str:
     graph = plan.graph
     combos = {c.name: (i, c) for i, c in enumerate(plan.combos)}
@@ -200,8 +214,7 @@ def render_program(plan: Plan, structure: tuple, name: str) -> str:
         group=GROUP if any(g.is_collective(op) for op in plan.ops) else None,
         prepare=[_op_line(op, combos, placed, roots, restride) for op in plan.load_ops],
         load=plan.load,
-        body=[_op_line(op, combos, placed, roots, restride) for op in plan.call_ops]
-        + [f"{name}.copy_({graph.outputs[i]})" for name, i in graph.mutations],
+        body=_body(plan, combos, placed, roots, restride),
         result=_structure_expr(structure, iter(graph.user_outputs)),
         ordered_dict="ordered_dict" in _kinds(structure),
     )

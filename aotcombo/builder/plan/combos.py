@@ -188,16 +188,20 @@ def make_plan(graph: g.Graph, dispatch: str = "sequential", combine: bool = True
     ``combine=False`` keeps one launch per kernel (still through the combo
     template), which is what tests compare against. ``at_load``: the work on the weights
     alone runs once at load, planned apart (its combos never hold a per-call kernel)."""
+    from .memory import late_allocations  # (it reads this module's ComboLaunch)
+
     if dispatch not in DISPATCHES:
         raise ValueError(f"dispatch must be one of {DISPATCHES}, not {dispatch!r}")
     part = at_load_mod.split(graph) if at_load else None
     if part is None or not part.at_load:
         ops, levels_, combos = _planned(graph, dispatch, combine, max_args, 0)
+        ops, levels_ = late_allocations(ops, levels_)
         return Plan(graph=graph, ops=tuple(ops), combos=tuple(combos), levels=tuple(levels_))
     load_graph = g.replace(graph, ops=tuple(op for i, op in enumerate(graph.ops) if i in part.at_load))
     call_graph = g.replace(graph, ops=tuple(op for i, op in enumerate(graph.ops) if i not in part.at_load))
     load_ops, load_levels, load_combos = _planned(load_graph, dispatch, combine, max_args, 0)
     call_ops, call_levels, call_combos = _planned(call_graph, dispatch, combine, max_args, len(load_combos))
+    call_ops, call_levels = late_allocations(call_ops, call_levels)
     launches = sum(isinstance(op, (g.Launch, g.Extern)) for op in load_graph.ops)
     load = LoadPart(len(load_ops), len(load_combos), part.forward_weights, part.prepared, part.held_bytes, launches)
     return Plan(graph=graph, ops=tuple(load_ops + call_ops), combos=tuple(load_combos + call_combos),
