@@ -27,7 +27,7 @@ from . import cuda, parallel
 from .buckets import BucketedModel
 from .checks import Options, check_options, check_torch, choose_variant
 from .graphs import GraphModel
-from .per_size import GraphPerSize
+from .per_size import GraphPerSize, SizeCounts, run_counted
 from .inputs import InputSpec, allocate, bind, make_input_check, sizes_of
 from .manifest import (CAPTURE_AFTER, GROUP, MAX_GRAPHS, PLACED, Buckets, ComboKernel, Manifest, ManifestError,
                        dynamic_axes)
@@ -69,7 +69,7 @@ class Model:
     in its order; ``state``: the buffers among them that forward updates (state.py)."""
 
     def __init__(self, loaded: Loaded, weights: list, state: State, check_inputs: bool = True,
-                 prepared: dict | None = None):
+                 prepared: dict | None = None, capture_after: int = 0):
         self.name, self.variant, self.device, self.weights = loaded.name, loaded.variant, loaded.device, weights
         self.specs, self.ranges, self.state_buffers = loaded.specs, loaded.ranges, state
         self.mutated = tuple(i for i, s in enumerate(self.specs) if s.mutated)
@@ -88,10 +88,15 @@ class Model:
                 torch.cuda.current_stream(self.device).synchronize()  # ready for a call on any stream
             self.weights = prepared[loaded.prepare_key]
         self.names = [s.name for s in self.specs]
+        # dynamic axes, op by op (graphs=False): a size's calls before its capture_after-th without cuDNN's plans
+        self._capture_after = capture_after if self.ranges else 0
+        self._counts = SizeCounts((GraphPerSize.PENDING + 1) * MAX_GRAPHS) if self._capture_after else None
 
     def __call__(self, *inputs, **named):
         if named:
             inputs = bind(self.names, inputs, named)
+        if self._counts is not None:
+            return run_counted(self, inputs, self._counts, self._capture_after)
         if self.input_check is not None and not self.input_check(inputs):
             return self.run_staged(inputs)
         return self.run(inputs)
@@ -205,7 +210,9 @@ class Package:
         graph now and replay it per call (default; falling back to op by op, with a warning,
         if the capture fails; with dynamic axes, a graph per distinct sizes, captured at their
         ``capture_after``-th call, at most ``max_graphs`` of them held, the least recently
-        called dropped for a new one: per_size.py). ``copy_outputs=False`` (graph mode): return the graph's own output
+        called dropped for a new one: per_size.py; ``graphs=False`` with dynamic axes: a size's calls
+        before its ``capture_after``-th run attention without cuDNN's per-shape plan, as graph mode's
+        before a capture). ``copy_outputs=False`` (graph mode): return the graph's own output
         tensors, valid until the next call. ``check_inputs=False``: skip the per-call input
         check. A package built for several batch sizes returns a ``BucketedModel``, which
         loads each bucket at its first call. ``weights``: tensors by the model's names (its
@@ -240,9 +247,10 @@ class Package:
             if (index, bucket) not in self._loaded:
                 self._loaded[index, bucket] = self._load(index, bucket)
         graphs, copy_outputs = options.graphs, options.copy_outputs
+        if graphs is False:  # op by op
+            return Model(self._loaded[index, bucket], weights, state, options.check_inputs, prepared,
+                         capture_after=options.capture_after)
         model = Model(self._loaded[index, bucket], weights, state, options.check_inputs, prepared)
-        if graphs is False:
-            return model
         if dynamic_axes(self.manifest.shapes):  # a graph per size, at its capture_after-th call
             return GraphPerSize(model, copy_outputs, options.max_graphs, strict=bool(graphs),
                                 capture_after=options.capture_after)

@@ -23,6 +23,7 @@ several times faster than op by op (docs/runtime_paths.md, shapes_bench).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 
@@ -33,6 +34,40 @@ from .checks import check_graph_budget
 from .manifest import CAPTURE_AFTER, MAX_GRAPHS
 from .graphs import GraphModel, StreamOrder
 from .inputs import axis_dims, bind
+
+
+class SizeCounts:
+    """Calls per distinct sizes, the ``limit`` most recently counted kept (the rest forgotten)."""
+
+    def __init__(self, limit: int):
+        self.limit, self._calls, self._lock = limit, OrderedDict(), threading.Lock()
+
+    def count(self, key) -> int:
+        """This call's number among ``key``'s (1 at its first)."""
+        with self._lock:
+            calls = self._calls[key] = self._calls.pop(key, 0) + 1
+            while len(self._calls) > self.limit:
+                self._calls.popitem(last=False)
+            return calls
+
+    def forget(self, key) -> None:
+        with self._lock:
+            self._calls.pop(key, None)
+
+
+def run_counted(model, inputs: tuple, counts: SizeCounts, capture_after: int):
+    """``model.run`` or its staged run of ``inputs`` (op by op, with dynamic axes:
+    ``load(graphs=False)``), under ``ops.fresh_shapes`` before their sizes' ``capture_after``-th
+    call: a size that may never come back builds no cuDNN attention plan (38-82 ms at first
+    sight), as in graph mode before a capture; one that recurs takes the fastest backend."""
+    try:
+        key = tuple(inputs[i].shape[d] for i, d in axis_dims(model.specs).values())
+    except (IndexError, AttributeError):  # the input check names what is wrong
+        key = None
+    with ops.fresh_shapes() if counts.count(key) < capture_after else contextlib.nullcontext():
+        if model.input_check is not None and not model.input_check(inputs):
+            return model.run_staged(inputs)
+        return model.run(inputs)
 
 
 class GraphPerSize:
@@ -55,7 +90,7 @@ class GraphPerSize:
         check_graph_budget(max_graphs, capture_after)
         self.name, self.variant, self.device, self.weights = model.name, model.variant, model.device, model.weights
         self.mutated, self.copy_outputs, self.max_graphs = model.mutated, copy_outputs, max_graphs
-        self.capture_after, self._calls = capture_after, OrderedDict()  # sizes -> calls so far, without a graph
+        self.capture_after, self._calls = capture_after, SizeCounts((self.PENDING + 1) * max_graphs)  # no graph yet
         self._strict = strict  # a failed capture raises (load(graphs=True)); else that size runs op by op
         self._model, self.names, self.input_check = model, model.names, model.input_check
         self._graphs: OrderedDict = OrderedDict()  # sizes -> GraphModel, least recently called first
@@ -90,14 +125,10 @@ class GraphPerSize:
     def _admit(self, key: tuple) -> bool:
         """Whether ``key``'s sizes get a graph at this call, so that their ``capture_after``-th
         call captures it (their graph's first call runs op by op); else the call is counted."""
-        with self._lock:
-            calls = self._calls.pop(key, 0) + 1
-            if calls + 1 >= self.capture_after:
-                return True
-            self._calls[key] = calls
-            while len(self._calls) > (self.PENDING + 1) * self.max_graphs:
-                self._calls.popitem(last=False)
-            return False
+        if self._calls.count(key) + 1 >= self.capture_after:
+            self._calls.forget(key)
+            return True
+        return False
 
     def static_inputs(self, batch: int | None = None, **sizes: int) -> tuple:
         """The input tensors of one size's graph (``static_inputs(8)`` for a batch of 8,

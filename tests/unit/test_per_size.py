@@ -108,3 +108,19 @@ def test_calls_before_a_capture_leave_attention_plans_out():
 def test_max_graphs_must_hold_one():
     with pytest.raises(ValueError, match=r"load\(\): max_graphs must be a whole number from 1, got 0"):
         _per_size(max_graphs=0)
+
+
+def test_op_by_op_calls_leave_cudnn_out_until_a_sizes_capture_after_th_call():
+    """load(graphs=False) with dynamic axes: like graph mode, a size's calls before its 8th run
+    attention without cuDNN's per-shape plan; from the 8th on, with it."""
+    from aotcombo.runtime.per_size import SizeCounts, run_counted
+
+    specs = manifests.specs({"name": "x", "shape": ["batch", 3], "stride": [3, 1], "dtype": "float32", "align": 16})
+    fresh = []
+    model = SimpleNamespace(specs=specs, input_check=make_input_check(specs, CPU, {"batch": (1, 64)}, False),
+                            run=lambda inputs: _run(inputs, fresh))
+    counts = SizeCounts(limit=4)
+    for batch in [2] * 9 + [3]:
+        x = torch.randn(batch, 3)
+        assert torch.equal(run_counted(model, (x,), counts, capture_after=8)[0], x * 2)
+    assert fresh == [True] * 7 + [False, False] + [True]
