@@ -210,6 +210,9 @@ class Stats:
     extern_calls: int
     load_launches: int = 0
     load_bytes: int = 0
+    # the bytes of the buffers a call holds at its peak (dynamic axes at their largest): what a
+    # captured graph's memory pool keeps (0: not known, a package built before it was recorded)
+    peak_bytes: int = 0
 
     @property
     def launches_per_forward(self) -> int:

@@ -19,6 +19,7 @@ from .. import graph as g
 from ..kernels.linear import combine as linears
 from ..inputs.environment import RUNTIME_TORCH, tool_versions
 from ..plan.combos import ComboLaunch, Plan
+from ..plan.memory import peak_bytes
 
 WEIGHTS_FILE = "weights.pt"
 
@@ -68,9 +69,11 @@ class _Files:
 
 
 def stats(plan: Plan) -> m.Stats:
-    load = plan.load
+    load, graph = plan.load, plan.graph
+    largest = {axis.name: axis.max for axis in graph.dynamic.axes} if graph.dynamic else {}
     return m.Stats(kernels=plan.kernel_launches, combos=len(plan.call_combos), extern_calls=plan.extern_calls,
-                   load_launches=load.launches if load else 0, load_bytes=load.held_bytes if load else 0)
+                   load_launches=load.launches if load else 0, load_bytes=load.held_bytes if load else 0,
+                   peak_bytes=peak_bytes(graph, list(plan.call_ops), set(graph.outputs), largest))
 
 
 def _kernel(combo, binary, image: str, sha256: str) -> m.ComboKernel:

@@ -60,6 +60,9 @@ def inspect_package(target: str | Path) -> dict:
         # per input shape: the launches its prepare runs at load and the bytes their results hold
         "at_load": [{"batch": s.batch, "launches": s.variants["ptx"].stats.load_launches,
                      "bytes": s.variants["ptx"].stats.load_bytes} for s in manifest.specializations],
+        # per input shape: the bytes a call's buffers hold at their peak (a captured graph's pool)
+        "call_memory": [{"batch": s.batch, "bytes": s.variants["ptx"].stats.peak_bytes}
+                        for s in manifest.specializations],
     }
 
 

@@ -28,6 +28,7 @@ def format_text(info: dict, arch: str | None = None) -> str:
          f"{plural(s.get('extern_calls'), 'extern call')}; un-combined: {s.get('launches_uncombined')} = "
          f"{plural(s.get('kernels'), 'kernel')} + {plural(s.get('extern_calls'), 'extern call')}"),
         *_at_load_line(info.get("at_load") or [], info["shapes"]),
+        *_memory_line(info.get("call_memory") or [], info["shapes"]),
     ]
     if info["extern_ops"]:
         lines.append("extern ops: " + ", ".join(info["extern_ops"]))
@@ -71,12 +72,31 @@ def _at_load_line(at_load: list[dict], shapes: dict) -> list[str]:
     done = [a for a in at_load if a["launches"]]
     if not done:
         return []
-    axis = shapes.get("axis", "batch")
-    held = ", ".join(f"{axis} {a['batch']}: {_mb(a['bytes'])}" for a in done) if len(done) > 1 \
-        else _mb(done[0]["bytes"])
+    held = _bytes_per_shape(done, shapes)
     n = max(a["launches"] for a in done)
     return [f"at load: {n} launch{'es' if n != 1 else ''} on the weights alone "
             f"(layouts, casts, concatenations), run once; their results stay on the GPU ({held})"]
+
+
+def _memory_line(memory: list[dict], shapes: dict) -> list[str]:
+    """The GPU memory a call's buffers take at their peak: what a captured graph's pool holds."""
+    known = [m for m in memory if m["bytes"]]
+    if not known:
+        return []
+    each = _bytes_per_shape(known, shapes)
+    dynamic = shapes.get("dynamic") or (shapes if shapes["mode"] == "dynamic" else None)
+    if dynamic:
+        largest = ", ".join(f"{a['name']} {a['max']}" for a in dynamic["axes"])
+        return [f"memory per call: {each} at its peak at the largest sizes ({largest}), less at smaller ones; "
+                "in graph mode the captured graphs share one pool of about the largest captured size's"]
+    return [f"memory per call: {each} at its peak; in graph mode the captured graph holds it"]
+
+
+def _bytes_per_shape(entries: list[dict], shapes: dict) -> str:
+    """``entries``' bytes: one figure, or one per bucket ("batch 8: 9.7 MB, ...")."""
+    if len(entries) == 1:
+        return _mb(entries[0]["bytes"])
+    return ", ".join(f"{shapes.get('axis', 'batch')} {e['batch']}: {_mb(e['bytes'])}" for e in entries)
 
 
 def _shapes_line(shapes: dict) -> list[str]:
