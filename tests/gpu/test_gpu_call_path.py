@@ -161,7 +161,11 @@ def test_keywords_and_names():
     for options in ({}, {"graphs": False}):
         loaded = package.load("cuda", **options)
         x = torch.randn(4, 256, 768, dtype=torch.bfloat16, device="cuda")
+        # graph mode's first call runs op by op, its attention without cuDNN (no plan built for
+        # one call): its rounding may differ from the replays' by an ulp; compare two replays
+        first = loaded(x)
         assert torch.equal(loaded(x=x), loaded(x))
+        torch.testing.assert_close(first, loaded(x), rtol=1e-2, atol=1e-2)
         with pytest.raises(TypeError, match=r"unexpected input 'y': the model's inputs are x"):
             loaded(y=x)
 
