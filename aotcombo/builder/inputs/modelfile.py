@@ -18,6 +18,7 @@ import importlib
 import importlib.util
 import inspect
 import itertools
+import logging
 import re
 import sys
 import traceback
@@ -189,7 +190,19 @@ def _forget_new_modules(before: set[str], folder: Path) -> None:
             del sys.modules[name]
 
 
+class _EnumConstantNotice(logging.Filter):
+    """torch 2.14 logs a deprecation warning for each enum torchao registers as a pytree constant
+    (transformers imports torchao where it is installed): nothing the model's author can act on."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "register_constant() on Enum subclasses is deprecated" not in record.getMessage()
+
+
+_ENUM_CONSTANT_NOTICE = _EnumConstantNotice()
+
+
 def _exec_module(module, path: Path, shown: str) -> None:
+    logging.getLogger("torch.utils._pytree").addFilter(_ENUM_CONSTANT_NOTICE)  # once: the same filter
     try:
         module.__spec__.loader.exec_module(module)
     except (Exception, SystemExit) as exc:
