@@ -75,7 +75,8 @@ def main() -> None:
         for shape in args.shapes.split(","):
             batch, seq = map(int, shape.split("x"))
             sets = input_sets(batch, seq)
-            row, models = {"batch": batch, "seq": seq}, []
+            row, models = {"batch": batch, "seq": seq, "device": torch.cuda.get_device_name(),
+                           "torch": torch.__version__}, []
             for name, package in packages.items():
                 row[f"{name}_op_by_op_mb"] = round(op_by_op_peak(package, weights, sets[0]), 1)
                 torch.cuda.empty_cache()

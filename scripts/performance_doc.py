@@ -6,7 +6,9 @@ Standard library only. The results folder is not tracked by git (it is ignored):
 the GPU runs brought back (``benchmarks/*.py`` logs, JSON and JSON lines). ``SOURCES`` names, for
 each section, the files of the newest run of its benchmark, relative to ``--results``; when a
 newer run lands there, point its entry at the new files and run this again. Where a section lists
-several files, a later file's row for a model replaces an earlier one's (a rerun after a fix).
+several files, a later file's row for a model replaces an earlier one's (a rerun after a fix). A
+section whose files this checkout does not have keeps its text from the page as it stands (each
+GPU run brings back its own results only).
 """
 
 from __future__ import annotations
@@ -49,7 +51,10 @@ SOURCES = {
                  "sampling/sampling_bench_glu.jsonl"],
     # benchmarks/bench.py (fresh processes, torch.compile cold and warm) and bench_coldstart.py
     "cold_start": ["results.json", "cold_start.json"],
+    # benchmarks/memory_bench.py: a call's memory and time, the build before buffers were released and after
+    "memory": ["memory/mem_static.jsonl", "memory/mem_dyn.jsonl"],
 }
+MEMORY_BEFORE_AFTER = ("_old", "")  # memory_bench.py's packages: the build before (name + "_old"), and after
 
 SAMPLES = ("branches", "transformer_block", "adam_step", "conv_block")
 # A Llama 3.2 1B decode step reads every weight once (the tied LM head once) and its 33.5 MB cache
@@ -90,6 +95,10 @@ def device_of(results: Path, name: str) -> str:
         meta = data.get("meta", data)
         if meta.get("device_name") or meta.get("device"):
             return f"{meta.get('device_name') or meta.get('device')}, torch {meta.get('torch')}"
+    if path.suffix == ".jsonl" and path.is_file():
+        rows = jsonl(path)
+        if rows and rows[0].get("device"):
+            return f"{rows[0]['device']}, torch {rows[0].get('torch', '?')}"
     candidates = [path.with_suffix(".log")] + sorted(path.parent.glob("*.log")) + sorted(path.parent.glob("*.json"))
     for candidate in candidates:
         if candidate.is_file():
@@ -254,38 +263,100 @@ def section_axes(results: Path) -> list[str]:
             *lines, "", sources_line(results, SOURCES["axes"]), ""]
 
 
+def section_memory(results: Path) -> list[str]:
+    rows = [r for name in SOURCES["memory"] for r in jsonl(_path(results, name))]
+    body = []
+    for r in rows:
+        package = next(k[:-len("_ms")] for k in r if k.endswith("_ms") and not k.endswith("_old_ms"))
+        before, after = (f"{package}{suffix}" for suffix in MEMORY_BEFORE_AFTER)
+        body.append([f"{package.removeprefix('full_bert_base').strip('_') or 'static'} at {r['batch']} × {r['seq']}",
+                     f"{r[f'{before}_op_by_op_mb']:.1f}", f"{r[f'{after}_op_by_op_mb']:.1f}",
+                     f"{r[f'{before}_graph_pool_mb']:.1f}", f"{r[f'{after}_graph_pool_mb']:.1f}",
+                     ms(r[f"{before}_ms"]), ms(r[f"{after}_ms"])])
+    return ["## Memory per call", "",
+            ("Full-size BERT-base (fp16; static at 8 × 128, and `--dynamic batch=1:32,seq=1:512`), built before and "
+             "after the program released each buffer after its last use (`plan/memory.py`; before, every buffer "
+             "was allocated at the start and held to the end): one op-by-op call's peak above what was allocated "
+             "before it, the pool a captured graph keeps, MB, and the default call's median, ms; both builds in "
+             "one process (`benchmarks/memory_bench.py`). `aotcombo inspect` gives the peak the build computes "
+             "(167.8 MB for the dynamic package at 32 × 512)."), "",
+            *table(["package", "op by op, before", "after", "graph pool, before", "after", "ms, before", "after"],
+                   body), "", sources_line(results, SOURCES["memory"]), ""]
+
+
+def full_size(results: Path, full_rows: dict) -> tuple[list[str], list[float]]:
+    gpt2 = full_rows.get("full/gpt2", {})
+    return section_calls(results, "full_size", "Full-size models",
+                         "`sample_models/full_size/`, built with `--weights external`: BERT-base (8 × 128 "
+                         "tokens, fp16), GPT-2 small with its LM head (4 × 256, bf16), Llama 3.2 1B prefill "
+                         "(128 tokens, bf16) and decode step over a static cache, ViT-B/16 and ResNet-50 (8 "
+                         "images at 224², fp16); milliseconds per call. The rows of BERT-base, GPT-2 and the "
+                         "1B prefill are their rerun after attention masks became additive once per forward "
+                         "(reduce-overhead varies from run to run: GPT-2's took 1.436 ms in the run before). "
+                         "Where a model's output is large, the "
+                         "default call's copy shows: GPT-2's 103 MB of logits make it "
+                         f"{ratio(gpt2.get('ours_default_ms'), gpt2.get('ours_static_ms'))} the serving path "
+                         "(`copy_outputs=False` avoids the copy).",
+                         order=[m for m in ("full/bert_base", "full/gpt2", "full/llama_1b", "full/llama_1b_decode",
+                                            "full/vit_base", "full/resnet50") if m in full_rows])
+
+
+class Page:
+    """docs/performance.md as it stands, by section: a section whose results this checkout lacks
+    keeps its text."""
+
+    def __init__(self, text: str):
+        self.sections, self.lines = {}, text.splitlines()
+        starts = [i for i, line in enumerate(self.lines) if line.startswith("## ")] + [len(self.lines)]
+        for start, end in zip(starts, starts[1:]):
+            self.sections[self.lines[start][3:]] = self.lines[start:end]
+
+    def section(self, title: str, make):
+        """``make()``, or, where its results are missing, the section as it stands."""
+        try:
+            made = make()
+        except MissingResults:
+            made = None
+        if made or title not in self.sections:  # [] : the section's own check found no results
+            if made is None:
+                raise MissingResults(f"the results of section {title!r} are missing, and the page has none")
+            return made
+        kept = self.sections[title]
+        return (kept, []) if title in CALL_SECTIONS else kept
+
+    def line(self, start: str) -> str | None:
+        return next((line for line in self.lines if line.startswith(start)), None)
+
+
+CALL_SECTIONS = ("Samples", "The zoo", "Full-size models")  # their tables give the head's span of ratios
+SPAN = "Across the samples, the zoo and the full-size models"
+
+
 # --- the document ------------------------------------------------------------------------------
 
 
-def document(results: Path) -> str:
+def document(results: Path, page: Page) -> str:
     if not results.is_dir():
         raise MissingResults(f"{results}: no such folder: the GPU runs' results go there "
                              "(benchmarks/README.md says how to make them)")
     samples_text = ("The four sample models (`sample_models/`) and five zoo models, all in one run; milliseconds "
                     "per call.")
-    samples, s1 = section_calls(results, "samples", "Samples", samples_text,
-                                order=list(SAMPLES) + ["vit_tiny", "gpt2_block", "dlrm", "llama_block", "gpt2"])
-    zoo, s2 = section_calls(results, "zoo", "The zoo",
-                            "Real models at small configurations (`sample_models/zoo/`; launches, accuracy and "
-                            "roofline floors: [zoo.md](zoo.md)); milliseconds per call. Each model's variants ran "
-                            "in one process; the rows come from the zoo's runs on one kind of GPU.",
-                            order=sorted(_rows(results, SOURCES["zoo"])))
-    full_rows = _rows(results, SOURCES["full_size"])
-    gpt2 = full_rows.get("full/gpt2", {})
-    full, s3 = section_calls(results, "full_size", "Full-size models",
-                             "`sample_models/full_size/`, built with `--weights external`: BERT-base (8 × 128 "
-                             "tokens, fp16), GPT-2 small with its LM head (4 × 256, bf16), Llama 3.2 1B prefill "
-                             "(128 tokens, bf16) and decode step over a static cache, ViT-B/16 and ResNet-50 (8 "
-                             "images at 224², fp16); milliseconds per call. The rows of BERT-base, GPT-2 and the "
-                             "1B prefill are their rerun after attention masks became additive once per forward "
-                             "(reduce-overhead varies from run to run: GPT-2's took 1.436 ms in the run before). "
-                             "Where a model's output is large, the "
-                             "default call's copy shows: GPT-2's 103 MB of logits make it "
-                             f"{ratio(gpt2.get('ours_default_ms'), gpt2.get('ours_static_ms'))} the serving path "
-                             "(`copy_outputs=False` avoids the copy).",
-                             order=[m for m in ("full/bert_base", "full/gpt2", "full/llama_1b", "full/llama_1b_decode",
-                                                "full/vit_base", "full/resnet50") if m in full_rows])
-    everything = s1 + s2 + s3
+    samples, s1 = page.section("Samples", lambda: section_calls(
+        results, "samples", "Samples", samples_text,
+        order=list(SAMPLES) + ["vit_tiny", "gpt2_block", "dlrm", "llama_block", "gpt2"]))
+    zoo, s2 = page.section("The zoo", lambda: section_calls(
+        results, "zoo", "The zoo",
+        "Real models at small configurations (`sample_models/zoo/`; launches, accuracy and "
+        "roofline floors: [zoo.md](zoo.md)); milliseconds per call. Each model's variants ran "
+        "in one process; the rows come from the zoo's runs on one kind of GPU.",
+        order=sorted(_rows(results, SOURCES["zoo"]))))
+    try:
+        full_rows = _rows(results, SOURCES["full_size"])
+        full, s3 = full_size(results, full_rows)
+    except MissingResults:
+        full_rows, (full, s3) = {}, page.section("Full-size models", _missing)
+    span_line = (f"{SPAN}, the default call is {span(s1 + s2 + s3)} as fast as reduce-overhead."
+                 if s1 and s2 and s3 else page.line(SPAN))
     head = [
         "# Performance",
         "",
@@ -307,16 +378,27 @@ def document(results: Path) -> str:
          "with eager; `bench.py` and `shapes_bench.py` also check each variant before timing it. Packages "
          "were built on the GPU-less build machine (torch 2.14) and run under the torch named with each source."),
         "",
-        (f"Across the samples, the zoo and the full-size models, the default call is {span(everything)} as fast as "
-         "reduce-overhead."),
+        span_line,
         "",
     ]
-    body = (samples + zoo + full + section_llm(results, full_rows) + section_first_output(results)
-            + section_cold_start(results) + section_shapes(results) + section_axes(results)
-            + section_llama_8b(results, SOURCES["llama_8b"], SOURCES["read_bandwidth"][0])
-            + section_tensor_parallel(results, SOURCES["tensor_parallel"])
-            + section_llm_batch(results, SOURCES["llm_batch"]) + section_sampling(results, SOURCES["sampling"]))
+    sections = [
+        ("LLM decode", lambda: section_llm(results, full_rows or _rows(results, SOURCES["full_size"]))),
+        ("Time to first output", lambda: section_first_output(results)),
+        ("Cold start", lambda: section_cold_start(results)),
+        ("Batch sizes", lambda: section_shapes(results)),
+        ("Dynamic axes", lambda: section_axes(results)),
+        ("Memory per call", lambda: section_memory(results)),
+        ("Llama 3 8B decode", lambda: section_llama_8b(results, SOURCES["llama_8b"], SOURCES["read_bandwidth"][0])),
+        ("Tensor parallel", lambda: section_tensor_parallel(results, SOURCES["tensor_parallel"])),
+        ("Eight sequences at eight positions", lambda: section_llm_batch(results, SOURCES["llm_batch"])),
+        ("Sampling in the package", lambda: section_sampling(results, SOURCES["sampling"])),
+    ]
+    body = samples + zoo + full + [line for title, make in sections for line in page.section(title, make)]
     return "\n".join(head + body).rstrip() + "\n"
+
+
+def _missing():
+    raise MissingResults("not in this checkout's results")
 
 
 def main(argv=None) -> int:
@@ -325,13 +407,14 @@ def main(argv=None) -> int:
                         help="the results folder (default: %(default)s)")
     parser.add_argument("--out", default=str(ROOT / "docs" / "performance.md"), help="the page (default: %(default)s)")
     args = parser.parse_args(argv)
+    out = Path(args.out)
     try:
-        text = document(Path(args.results).resolve())
+        text = document(Path(args.results).resolve(), Page(out.read_text() if out.is_file() else ""))
     except MissingResults as exc:
         print(f"performance_doc: {exc}", file=sys.stderr)
         return 2
-    Path(args.out).write_text(text)
-    print(f"wrote {args.out}")
+    out.write_text(text)
+    print(f"wrote {out}")
     return 0
 
 
