@@ -264,3 +264,46 @@ def test_a_tiled_persistent_reduction_shares_its_rows_between_x_and_y():
     chosen = blocks.choose(k)
     assert dict(chosen.constexprs) == {"YBLOCK": 4, "XBLOCK": 16}  # 4 x 16 rows of 64: the 4096-element tile
     assert chosen.axes == (4, 13, 1)
+
+
+def _fused_linear(name: str):
+    """A kernel of ours with tensor-core tiles 16 x 32 x 256 in 3 stages: 48 kB of shared memory."""
+    return g.Kernel(name=name, source=f"@triton.jit\ndef {name}():\n    pass\n", heuristic="matmul",
+                    signature=(("x_ptr", "*fp16"), ("w_ptr", "*fp16"), ("out_ptr", "*fp16"), ("BLOCK_M", "constexpr"),
+                               ("BLOCK_N", "constexpr"), ("BLOCK_K", "constexpr")),
+                    constants=(), divisible_by_16=(), numels=(("m", 2), ("n", 1280), ("k", 1280)),
+                    reduction_hint=None, mutated=(), family="fused_linear",
+                    tiles=(("BLOCK_M", 16), ("BLOCK_N", 32), ("BLOCK_K", 256)), grid=(40, 1, 1), num_warps=4,
+                    num_stages=3)
+
+
+def test_tensor_core_kernels_of_one_level_share_a_combo_within_the_shared_memory_budget():
+    """SD 1.5's UNet: 17 small linears of one level (each resnet's time embedding) in one combo asked
+    for 720 kB of shared memory, more than any GPU has; each combo now stays within MAX_SHARED."""
+    from aotcombo.builder.plan.combos import MAX_SHARED, shared_bytes
+
+    b = Builder()
+    x, w = b.input(), b.input()
+    outs = [b.launch(_fused_linear(f"lin{i}"), [x, w]) for i in range(5)]
+    plan = make_plan(b.graph(outs))
+    assert shared_bytes(plan.combos[0].subs[0]) == 48 * 1024
+    assert [len(c.subs) for c in plan.combos] == [2, 2, 1]
+    assert all(sum(shared_bytes(s) for s in c.subs) <= MAX_SHARED for c in plan.combos)
+    assert_combos_independent(plan)
+
+
+def test_a_kernel_over_its_archs_shared_memory_is_a_build_error():
+    """Compiled binaries are checked against their arch's shared memory at build time, so a
+    package never fails at load with CUDA_ERROR_INVALID_VALUE from cuFuncSetAttribute."""
+    from types import SimpleNamespace
+
+    from aotcombo.builder.compile.jobs import MAX_SHARED_BYTES, Jobs
+    from aotcombo.errors import BuildError
+
+    def jobs(shared: int) -> Jobs:
+        binary = SimpleNamespace(arch=90, shared=shared)
+        return Jobs(SimpleNamespace(finish=lambda: {"sm_90/combo_10": binary}))
+
+    assert jobs(MAX_SHARED_BYTES[90]).finish()
+    with pytest.raises(BuildError, match=r"sm_90/combo_10 takes 737280 bytes of shared memory; sm_90 has 232448"):
+        jobs(737280).finish()

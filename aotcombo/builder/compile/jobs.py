@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import re
 
+from ...errors import BuildError
 from ..codegen.combo import combo_signature
 from ..package.manifest import VariantBuild
 from .scheduler import Scheduler
 from .triton_job import Binary, Job
+
+# The most shared memory a block may take, per arch (CUDA's programming guide, compute capabilities).
+MAX_SHARED_BYTES = {80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 232448, 100: 232448, 120: 101376}
 
 
 def label(variant: VariantBuild, combo: str) -> str:
@@ -40,9 +44,16 @@ class Jobs:
                                    variant.arch, combo.num_warps, combo.num_stages))
 
     def finish(self) -> dict[str, Binary]:
-        """Every job's binary by label, copies included."""
+        """Every job's binary by label, copies included; a kernel that asks for more shared memory
+        than its arch has is a build error here, not a failed load on the GPU."""
         binaries = self.scheduler.finish()
         binaries.update({name: binaries[first] for name, first in self.copies.items()})
+        for name, binary in binaries.items():
+            limit = MAX_SHARED_BYTES.get(binary.arch)
+            if limit is not None and binary.shared > limit:
+                raise BuildError(f"kernel {name} takes {binary.shared} bytes of shared memory; sm_{binary.arch} "
+                                 f"has {limit}", fix="report it with the model: aotcombo's plan should have "
+                                 "split that combo kernel")
         return binaries
 
     def describe(self, variants: list[VariantBuild], archs, axis: str = "batch") -> str:

@@ -28,6 +28,10 @@ from .. import graph as g
 from ..inputs.options import DISPATCHES
 
 MAX_ARGS = 250  # the seed's limit: more pointer arguments than this hit Triton limits
+# Shared memory one combo kernel's tensor-core sub-kernels may take together: Triton gives each
+# sub-kernel's pipelined tiles their own (SD 1.5's UNet: 17 fused linears of one level asked for
+# 720 KB, and no GPU has that). 96 KB fits every arch from sm_80 (sm_86 and sm_89 allow 99 KB).
+MAX_SHARED = 96 * 1024
 LONG_REDUCTION = 2048  # rnumel above which a looped reduction runs long
 LARGE_POINTWISE = 51_200_000  # the seed's LARGE_NUMELS
 ROUND_ROBIN_UTILIZATION = 0.8  # the seed's BLOCK_UTILIZATION
@@ -149,8 +153,21 @@ def _pointer_args(sub: SubKernel) -> list[str]:
     return [a.name for a in sub.launch.args if isinstance(a, g.Ref)]
 
 
+def shared_bytes(sub: SubKernel) -> int:
+    """The shared memory a kernel of ours takes for its pipelined tensor-core tiles (x's and W's,
+    ``num_stages - 1`` deep, 16-bit; a GLU's two W tiles), the same in a combo; 0 for the others
+    (Inductor's reductions take a few kB at most)."""
+    tiles, stages = dict(sub.kernel.tiles), sub.blocks.num_stages
+    if sub.kernel.family is None or stages <= 1 or not {"BLOCK_M", "BLOCK_N", "BLOCK_K"} <= set(tiles):
+        return 0
+    m, n, k = tiles["BLOCK_M"], tiles["BLOCK_N"], tiles["BLOCK_K"]
+    products = 2 if "acc_up" in sub.kernel.source else 1
+    return (stages - 1) * (m * k + products * k * n) * 2
+
+
 def partition(subs: list[SubKernel], max_args: int = MAX_ARGS) -> list[list[SubKernel]]:
-    """Split one level's launches into combos (order kept within each group)."""
+    """Split one level's launches into combos (order kept within each group), each within
+    ``max_args`` pointers and ``MAX_SHARED`` bytes of shared memory."""
     groups: dict[tuple, list[SubKernel]] = {}
     for sub in subs:
         groups.setdefault(_group_key(sub), []).append(sub)
@@ -158,13 +175,15 @@ def partition(subs: list[SubKernel], max_args: int = MAX_ARGS) -> list[list[SubK
     for members in groups.values():
         current: list[SubKernel] = []
         names: set[str] = set()
+        shared = 0
         for sub in members:
             mine = set(_pointer_args(sub))
-            if current and len(names | mine) > max_args:
+            if current and (len(names | mine) > max_args or shared + shared_bytes(sub) > MAX_SHARED):
                 combos.append(current)
-                current, names = [], set()
+                current, names, shared = [], set(), 0
             current.append(sub)
             names |= mine
+            shared += shared_bytes(sub)
         if current:
             combos.append(current)
     return combos
