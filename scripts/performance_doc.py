@@ -30,6 +30,8 @@ SOURCES = {
     "full_size": ["full_size/zoo_bench.jsonl", "full_size/zoo_bench_gpt2_padded.jsonl",
                   "full_size/zoo_bench_llama_1b_decode.jsonl", "full_size/zoo_bench_llama_1b_decode_glu.jsonl",
                   "full_size/zoo_bench_masks.jsonl"],
+    # the same, for the full-size models added later (one run per file)
+    "full_size_more": ["full_size/zoo_bench_whisper.jsonl", "full_size/zoo_bench_sd_unet.jsonl"],
     # benchmarks/llm_bench.py: a decode step of sample_models/llm_decode.py
     "llm": ["call_path/c_guard_final/llm_bench.json"],
     # benchmarks/first_output.py: time to first output in a fresh process
@@ -328,7 +330,7 @@ class Page:
         return next((line for line in self.lines if line.startswith(start)), None)
 
 
-CALL_SECTIONS = ("Samples", "The zoo", "Full-size models")  # their tables give the head's span of ratios
+CALL_SECTIONS = ("Samples", "The zoo", "Full-size models", "More full-size models")  # section_calls's
 SPAN = "Across the samples, the zoo and the full-size models"
 
 
@@ -355,6 +357,12 @@ def document(results: Path, page: Page) -> str:
         full, s3 = full_size(results, full_rows)
     except MissingResults:
         full_rows, (full, s3) = {}, page.section("Full-size models", _missing)
+    more, _ = page.section("More full-size models", lambda: section_calls(
+        results, "full_size_more", "More full-size models",
+        "`sample_models/full_size/`, built with `--weights external`: the Whisper-small encoder (2 clips of 30 s, "
+        "fp16) and Stable Diffusion 1.5's UNet (2 latents of 64 × 64, 77 text states each, fp16); milliseconds "
+        "per call, one run per model."))
+    full += more
     span_line = (f"{SPAN}, the default call is {span(s1 + s2 + s3)} as fast as reduce-overhead."
                  if s1 and s2 and s3 else page.line(SPAN))
     head = [
