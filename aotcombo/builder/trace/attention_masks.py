@@ -35,7 +35,7 @@ def make_masks_additive(ep) -> int:
         names = [a.name for a in node.target._schema.arguments]
         bound = {**dict(zip(names, node.args)), **node.kwargs}
         mask, query, key = bound.get("attn_bias"), bound["query"].meta["val"], bound["key"].meta["val"]
-        if not isinstance(mask, torch.fx.Node) or mask.meta["val"].dtype != torch.bool or _ours(bound, query, key):
+        if not isinstance(mask, torch.fx.Node) or mask.meta["val"].dtype != torch.bool or ours(bound, query, key):
             continue
         views = []
         base = mask
@@ -65,7 +65,7 @@ def make_masks_additive(ep) -> int:
     return rewritten
 
 
-def _ours(bound: dict, query, key) -> bool:
+def ours(bound: dict, query, key) -> bool:
     """Whether the package's own attention kernels take this call (static sizes only)."""
     if not all(isinstance(n, int) for n in (*query.shape, *key.shape)):
         return False

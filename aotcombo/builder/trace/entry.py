@@ -19,6 +19,7 @@ from .. import graph as g
 from ..inputs.usercode import where
 from ..kernels.linear import combine as linear_combine, match as linear_match, quant as linear_quant, quant_match
 from . import decompositions
+from .attention_inputs import drop_copies_before_attention
 from .attention_masks import make_masks_additive
 from .capture import run_inductor
 from .diagnosis import export_failure, inductor_failure, located, quiet_logs
@@ -69,6 +70,7 @@ def trace_model(module: torch.nn.Module, example_inputs: tuple, arch: int, *, in
             linear_quant.expand(ep)  # those no kernel of ours reads: back to ATen ops
             read_grouped_heads(ep)  # no key/value copy per query head
             make_masks_additive(ep)  # once, not in every layer's attention call
+            drop_copies_before_attention(ep)  # it reads q, k and v through their strides
         signature = ep.graph_signature
         scatter_into_whole_buffers(ep)
         state = write_state_in_place(ep)
