@@ -20,7 +20,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from performance_format import ROOT, jsonl, ms, ratio, shown, span, table
+from performance_format import ROOT, MissingResults, Page, jsonl, ms, ratio, shown, span, table
 from performance_llm import section_llama_8b, section_llm_batch, section_sampling, section_tensor_parallel
 
 SOURCES = {
@@ -59,15 +59,12 @@ SOURCES = {
 }
 MEMORY_BEFORE_AFTER = ("_old", "")  # memory_bench.py's packages: the build before (name + "_old"), and after
 
+SPAN = "Across the samples, the zoo and the full-size models"  # the head's line of ratios
 SAMPLES = ("branches", "transformer_block", "adam_step", "conv_block")
 # A Llama 3.2 1B decode step reads every weight once (the tied LM head once) and its 33.5 MB cache
 # (benchmarks/results/full_size/README.md): about 2.50 GB per token.
 LLAMA_1B_DECODE_BYTES = 2.50e9
 DEVICE = re.compile(r"(NVIDIA [^,(\n]*?)\s*(?:\([^)\n]*\))?,\s*torch ([0-9][^\s,;]*)")
-
-
-class MissingResults(Exception):
-    pass
 
 
 # --- reading -----------------------------------------------------------------------------------
@@ -303,36 +300,6 @@ def full_size(results: Path, full_rows: dict) -> tuple[list[str], list[float]]:
                          order=[m for m in ("full/bert_base", "full/gpt2", "full/llama_1b", "full/llama_1b_decode",
                                             "full/vit_base", "full/resnet50") if m in full_rows])
 
-
-class Page:
-    """docs/performance.md as it stands, by section: a section whose results this checkout lacks
-    keeps its text."""
-
-    def __init__(self, text: str):
-        self.sections, self.lines = {}, text.splitlines()
-        starts = [i for i, line in enumerate(self.lines) if line.startswith("## ")] + [len(self.lines)]
-        for start, end in zip(starts, starts[1:]):
-            self.sections[self.lines[start][3:]] = self.lines[start:end]
-
-    def section(self, title: str, make):
-        """``make()``, or, where its results are missing, the section as it stands."""
-        try:
-            made = make()
-        except MissingResults:
-            made = None
-        if made or title not in self.sections:  # [] : the section's own check found no results
-            if made is None:
-                raise MissingResults(f"the results of section {title!r} are missing, and the page has none")
-            return made
-        kept = self.sections[title]
-        return (kept, []) if title in CALL_SECTIONS else kept
-
-    def line(self, start: str) -> str | None:
-        return next((line for line in self.lines if line.startswith(start)), None)
-
-
-CALL_SECTIONS = ("Samples", "The zoo", "Full-size models", "More full-size models")  # section_calls's
-SPAN = "Across the samples, the zoo and the full-size models"
 
 
 # --- the document ------------------------------------------------------------------------------

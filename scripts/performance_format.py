@@ -42,3 +42,37 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def shown(path: Path) -> str:
     return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
+
+
+CALL_SECTIONS = ("Samples", "The zoo", "Full-size models", "More full-size models")  # section_calls's
+
+
+class MissingResults(Exception):
+    pass
+
+
+class Page:
+    """docs/performance.md as it stands, by section: a section whose results this checkout lacks
+    keeps its text."""
+
+    def __init__(self, text: str, pairs: tuple[str, ...] = CALL_SECTIONS):
+        self.sections, self.lines, self.pairs = {}, text.splitlines(), pairs  # pairs: (lines, ratios) sections
+        starts = [i for i, line in enumerate(self.lines) if line.startswith("## ")] + [len(self.lines)]
+        for start, end in zip(starts, starts[1:]):
+            self.sections[self.lines[start][3:]] = self.lines[start:end]
+
+    def section(self, title: str, make):
+        """``make()``, or, where its results are missing, the section as it stands."""
+        try:
+            made = make()
+        except MissingResults:
+            made = None
+        if made or title not in self.sections:  # [] : the section's own check found no results
+            if made is None:
+                raise MissingResults(f"the results of section {title!r} are missing, and the page has none")
+            return made
+        kept = self.sections[title]
+        return (kept, []) if title in self.pairs else kept
+
+    def line(self, start: str) -> str | None:
+        return next((line for line in self.lines if line.startswith(start)), None)
