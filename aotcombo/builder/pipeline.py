@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..errors import UnsupportedModelError, UsageError
+from ..errors import BuildError, UnsupportedModelError, UsageError
 from ..progress import Reporter
 from ..runtime.manifest import Dynamic, Manifest, dynamic_axes
 from . import kernels
@@ -35,6 +35,7 @@ from .inputs.environment import check_environment
 from .inputs.modelfile import on_meta
 from .inputs.options import BuildOptions
 from .inputs.signature import input_names
+from .kernels.linear.dynamic_rows import size_classes
 from .kernels.linear.subclasses import flatten as flatten_subclasses
 from .package import weights as weights_policy
 from .package.manifest import VariantBuild, assemble, stats
@@ -63,9 +64,12 @@ class BuildResult:
         return [rank_slice(w, t, rank, world) for w, t in zip(self.manifest.weights.tensors, self.weights)]
 
     def summary(self) -> dict:
-        s = stats(self.variants[0].plan)
+        s, first = stats(self.variants[0].plan), self.variants[0]
+        classes = {v.max_tokens: stats(v.plan).launches_per_forward for v in self.variants[1:]
+                   if v.max_tokens is not None and v.arch == first.arch and v.batch == first.batch}
         return {"kernels": s.kernels, "combos": s.combos, "extern_calls": s.extern_calls,
-                "launches_per_forward": s.launches_per_forward, "load_launches": s.load_launches}
+                "launches_per_forward": s.launches_per_forward, "load_launches": s.load_launches,
+                "size_classes": classes}  # a size class's most tokens -> its launches per forward
 
 
 @dataclass
@@ -85,7 +89,8 @@ class Build:
     cache: Cache | None = None
     by_batch: dict = field(default_factory=dict)  # batch (None: one shape) -> example inputs at it
     shapes: object = None  # the manifest's ShapeMode
-    keys: dict = field(default_factory=dict)  # batch -> arch -> trace cache key
+    classes: tuple = (None,)  # dynamic axes: the size classes traced (kernels/linear/dynamic_rows.py)
+    keys: dict = field(default_factory=dict)  # (batch, size class) -> arch -> trace cache key
     jobs: Jobs | None = None
     variants: list[VariantBuild] = field(default_factory=list)
     weights: dict | None = None  # weight name -> the model's tensor, every weight the trace found
@@ -116,9 +121,10 @@ def _inputs(build: Build) -> None:
         build.reporter.detail(f"tensor parallel: {len(build.sharding.layers)} layers and "
                               f"{len(build.sharding.dims)} tensors split over {build.options.tensor_parallel} ranks")
     # Before any trace: a trace imports Inductor, whose configs are part of the key once imported.
-    build.keys = {b: trace_keys(build.model, inputs, build.options.archs, build.cache, build.model_file,
-                                build.reporter, build.dynamic, build.sharding and build.sharding.key)
-                  for b, inputs in build.by_batch.items()}
+    build.classes = size_classes(build.dynamic) if isinstance(build.shapes, Dynamic) else (None,)
+    build.keys = {(b, t): trace_keys(build.model, inputs, build.options.archs, build.cache, build.model_file,
+                                     build.reporter, build.dynamic, build.sharding and build.sharding.key, t)
+                  for b, inputs in build.by_batch.items() for t in build.classes}
 
 
 def _variants(build: Build) -> None:
@@ -128,32 +134,57 @@ def _variants(build: Build) -> None:
                           triton_cache_dir=str(build.scratch / "triton"))
     build.jobs = Jobs(scheduler)
     steps = [(b, a) for b in build.by_batch for a in options.archs]
+    unused = set()  # size classes in which no linear is ours: the program for every size serves them
     for index, (batch, arch) in enumerate(steps):
-        where = f"sm_{arch}" if batch is None else f"{build.shapes.axis} {batch}, sm_{arch}"
-        traced = trace_stage(build.model, build.by_batch[batch], arch, build.cache, build.keys[batch][arch],
-                             reporter, where, build.dynamic)
-        if build.weights is not None and list(traced.weights) != list(build.weights):
-            raise UnsupportedModelError(f"{where}: the traced graph takes other weights than "
-                                        f"{build.shapes.axis} {build.variants[0].batch}'s",
-                                        fix="build each size apart")
-        build.weights = traced.weights
-        plan = make_plan(kernels.lower(traced.graph), dispatch=options.dispatch)
-        reporter.detail(f"{where}: {plan.kernel_launches} kernels -> {len(plan.call_combos)} combo launches, "
-                        f"{plan.extern_calls} extern calls per call"
-                        + (f"; at load: {plan.load.launches}" if plan.load else ""))
-        program = render_program(plan, traced.structure, options.name)
-        if program not in build.checked:
-            check_on_meta(program, plan.graph, f"{options.name}_b{batch}_sm{arch}")
-            build.checked.add(program)
-        early = early_launches(plan) if options.pdl and arch >= PDL_MIN_ARCH else set()
-        variant = VariantBuild(arch, batch, plan, program,
-                               {c.name: render_combo(c, pdl=c.name in early) for c in plan.combos},
-                               trace_cached=traced.cached)
-        build.variants.append(variant)
-        build.jobs.add(variant)
+        classes = tuple(t for t in build.classes if t not in unused)
+        at = f"sm_{arch}" if batch is None else f"{build.shapes.axis} {batch}, sm_{arch}"
+        names = [at + (f", calls of up to {t} tokens" if t is not None and len(build.classes) > 1 else "")
+                 for t in classes]
+        traces = trace_stage(build.model, build.by_batch[batch], arch, build.cache,
+                             [build.keys[batch, t][arch] for t in classes], reporter, names, build.dynamic, classes)
+        for tokens, where, traced in zip(classes, names, traces):
+            if not _variant(build, batch, arch, tokens, where, traced):
+                unused.add(tokens)
         # Workers, if the compiles ahead are worth them: they start while the next
         # shape or arch is traced, and take this one's kernels meanwhile.
         scheduler.plan_pool(archs_left=len(steps) - index - 1)
+
+
+def _variant(build: Build, batch, arch: int, tokens, where: str, traced) -> bool:
+    """One traced shape (or size class) and arch: our kernels, plan, codegen; its compiles
+    queued. False for a size class in which no linear is ours (the program for every size serves it)."""
+    options, reporter = build.options, build.reporter
+    if build.weights is not None and list(traced.weights) != list(build.weights):
+        raise UnsupportedModelError(f"{where}: the traced graph takes other weights than "
+                                    f"{build.shapes.axis} {build.variants[0].batch}'s",
+                                    fix="build each size apart")
+    build.weights = traced.weights
+    plan = make_plan(kernels.lower(traced.graph), dispatch=options.dispatch)
+    if build.variants and _weight_keys(plan) != _weight_keys(build.variants[0].plan):
+        raise BuildError(f"{where}: the program reads other weights, or in another order, than the first one "
+                         "built, which every program of the package shares", fix="report it with the model")
+    if tokens is not None and len(build.classes) > 1 and not any(
+            k.family == "fused_linear" for k in plan.graph.kernels):
+        reporter.detail(f"{where}: no linear of so few rows is ours; the one program serves every size")
+        return False
+    reporter.detail(f"{where}: {plan.kernel_launches} kernels -> {len(plan.call_combos)} combo launches, "
+                    f"{plan.extern_calls} extern calls per call"
+                    + (f"; at load: {plan.load.launches}" if plan.load else ""))
+    program = render_program(plan, traced.structure, options.name)
+    if program not in build.checked:
+        check_on_meta(program, plan.graph, f"{options.name}_b{batch}_sm{arch}")
+        build.checked.add(program)
+    early = early_launches(plan) if options.pdl and arch >= PDL_MIN_ARCH else set()
+    variant = VariantBuild(arch, batch, plan, program,
+                           {c.name: render_combo(c, pdl=c.name in early) for c in plan.combos},
+                           trace_cached=traced.cached, max_tokens=tokens)
+    build.variants.append(variant)
+    build.jobs.add(variant)
+    return True
+
+
+def _weight_keys(plan) -> list:
+    return [i.key for i in plan.graph.inputs if i.kind == "weight"]
 
 
 def _compile(build: Build) -> None:

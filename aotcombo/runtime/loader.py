@@ -28,7 +28,8 @@ from .buckets import BucketedModel
 from .checks import Options, check_options, check_torch, choose_variant
 from .graphs import GraphModel
 from .per_size import GraphPerSize, SizeCounts, run_counted
-from .inputs import InputSpec, allocate, bind, make_input_check, sizes_of
+from .size_classes import SizeClasses
+from .inputs import InputSpec, allocate, axis_dims, bind, make_input_check, sizes_of
 from .manifest import (CAPTURE_AFTER, GROUP, MAX_GRAPHS, PLACED, Buckets, ComboKernel, Manifest, ManifestError,
                        dynamic_axes)
 from .state import State, weights_for_load
@@ -237,20 +238,28 @@ class Package:
             return BucketedModel(self.manifest.name, dev.device,
                                  lambda size: self._model(index, size, options, weights, held, prepared), shapes,
                                  names, held)
-        return self._model(index, None, options, weights, held)
+        rest = self._model(index, None, options, weights, held)
+        if len(self.manifest.specializations) == 1:
+            return rest
+        classes = [(most, self._model(index, None, options, weights, held, tokens=most))
+                   for most in self.manifest.size_classes]
+        where = tuple(axis_dims([InputSpec.of(i) for i in self.manifest.inputs]).values())
+        return SizeClasses(classes, rest, where)
 
     def _model(self, index: int, bucket: int | None, options: Options, weights: list, state: State,
-               prepared: dict | None = None):
-        """The model of one input shape on a device: op by op when ``graphs`` is False, else in
-        graph mode (``graphs=True``: a failed capture raises; None: it falls back to op by op)."""
+               prepared: dict | None = None, tokens: int | None = None):
+        """The model of one input shape (or size class: ``tokens``) on a device: op by op when
+        ``graphs`` is False, else in graph mode (``graphs=True``: a failed capture raises; None:
+        it falls back to op by op)."""
+        key = (index, bucket, tokens)
         with self._lock:
-            if (index, bucket) not in self._loaded:
-                self._loaded[index, bucket] = self._load(index, bucket)
+            if key not in self._loaded:
+                self._loaded[key] = self._load(index, bucket, tokens)
         graphs, copy_outputs = options.graphs, options.copy_outputs
         if graphs is False:  # op by op
-            return Model(self._loaded[index, bucket], weights, state, options.check_inputs, prepared,
+            return Model(self._loaded[key], weights, state, options.check_inputs, prepared,
                          capture_after=options.capture_after)
-        model = Model(self._loaded[index, bucket], weights, state, options.check_inputs, prepared)
+        model = Model(self._loaded[key], weights, state, options.check_inputs, prepared)
         if dynamic_axes(self.manifest.shapes):  # a graph per size, at its capture_after-th call
             return GraphPerSize(model, copy_outputs, options.max_graphs, strict=bool(graphs),
                                 capture_after=options.capture_after)
@@ -291,10 +300,10 @@ class Package:
             raise RuntimeError(f"{path}: cannot be read ({type(e).__name__}: {e}): the package is damaged; "
                                "reinstall or rebuild it") from None
 
-    def _load(self, index: int, bucket: int | None) -> Loaded:
-        """One input shape (the package's, or one bucket's) loaded on a device."""
+    def _load(self, index: int, bucket: int | None, tokens: int | None = None) -> Loaded:
+        """One input shape (the package's, one bucket's, or one size class's) loaded on a device."""
         dev, m = self._device(index), self.manifest
-        shape = m.specialization(bucket)
+        shape = m.specialization(bucket, tokens)
         variant = shape.variants[dev.variant]
         previous = cuda.current_context()
         cuda.set_current_context(dev.context)
@@ -304,6 +313,7 @@ class Package:
             cuda.set_current_context(previous)
         program = importlib.import_module(f"{self._import_name or m.name}.{variant.program}")
         name = m.name if bucket is None else f"{m.name}[{m.shapes.axis} {bucket}]"
+        name += f" (calls of up to {tokens} tokens)" if tokens is not None and len(m.specializations) > 1 else ""
         dynamic = dynamic_axes(m.shapes)
         ranges = dynamic.ranges if dynamic else None
         forward = program.forward if m.world_size == 1 else \

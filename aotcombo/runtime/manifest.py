@@ -7,8 +7,9 @@ ways in and out; a manifest of another format, or one that does not fit these cl
 is a ``ManifestError`` naming what is wrong.
 
 A package holds one ``Specialization`` per input shape it was built for: one for static
-shapes and for dynamic axes, one per bucket for ``--batch`` or ``--buckets`` (each with the
-axes of ``--dynamic`` symbolic, where both are given). Each holds an ``ArchVariant``
+shapes, one per bucket for ``--batch`` or ``--buckets`` (each with the axes of ``--dynamic``
+symbolic, where both are given), and for dynamic axes one per size class (calls of a few
+tokens, then every other call). Each holds an ``ArchVariant``
 per cubin arch (``"sm_90"``) and one for the PTX (``"ptx"``): the program module to run,
 its kernels with their fixed launch configs, and the order of launches.
 
@@ -244,6 +245,10 @@ class Specialization:
     batch: int | None  # the bucket's size; None without buckets
     inputs: tuple[Input, ...]
     variants: dict[str, ArchVariant]
+    # Dynamic axes: the calls whose axes' sizes multiply to at most this many tokens run this
+    # specialization (a size class: linears of few rows in kernels of ours); None: every call
+    # the others do not take (the last specialization).
+    max_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -309,7 +314,7 @@ class Manifest:
     archs: tuple[int, ...]  # cubin archs
     ptx_arch: int
     shapes: ShapeMode
-    specializations: tuple[Specialization, ...]  # by batch size, ascending
+    specializations: tuple[Specialization, ...]  # by batch size, ascending (size classes: the one for all sizes last)
     weights: Weights
     extern_ops: tuple[str, ...]  # the torch ops the programs call ("aten::mm.out", ...)
     format: int = FORMAT
@@ -323,14 +328,20 @@ class Manifest:
         between releases, which ``torch`` bounds."""
         return tuple(op for op in self.extern_ops if op.partition("::")[2].startswith("_"))
 
-    def specialization(self, batch: int | None = None) -> Specialization:
-        """The specialization of bucket ``batch``; without buckets, the only one."""
-        if batch is None:
+    def specialization(self, batch: int | None = None, max_tokens: int | None = None) -> Specialization:
+        """The specialization of bucket ``batch``, or of the size class of at most ``max_tokens``;
+        without either, the last (the only one, or the one for every size)."""
+        if batch is None and max_tokens is None:
             return self.specializations[-1]
         for s in self.specializations:
-            if s.batch == batch:
+            if s.batch == batch and s.max_tokens == max_tokens:
                 return s
-        raise KeyError(batch)
+        raise KeyError(batch if max_tokens is None else max_tokens)
+
+    @property
+    def size_classes(self) -> tuple[int, ...]:
+        """The token bounds of the dynamic axes' size classes, ascending (none: one program)."""
+        return tuple(sorted(s.max_tokens for s in self.specializations if s.max_tokens is not None))
 
     @property
     def inputs(self) -> tuple[Input, ...]:

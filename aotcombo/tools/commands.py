@@ -84,6 +84,8 @@ def _build(args, reporter) -> int:
         f"{count(s['launches_per_forward'], 'launch', 'launches')} per forward"
         + (f"; {count(s['load_launches'], 'launch', 'launches')} on the weights alone once at load"
            if s["load_launches"] else "")
+        + "".join(f"; calls of up to {tokens} tokens: {count(n, 'launch', 'launches')}"
+                  for tokens, n in s["size_classes"].items())
     )
     if c["enabled"]:
         reporter.detail(f"build cache {c['dir']}: traces {c['traces_cached']}/{c['traces']} cached, kernels "

@@ -239,7 +239,7 @@ def test_load_modes(tmp_path, monkeypatch):
     monkeypatch.setattr(package, "_device_index", lambda device: 0)
     monkeypatch.setattr(Package, "_device", lambda self, index, rank=None: package._Device(
         torch.device("cuda", 0), "sm_90", 1, {}, {}))
-    monkeypatch.setattr(Package, "_load", lambda self, index, bucket: loads.append(index) or loaded)
+    monkeypatch.setattr(Package, "_load", lambda self, index, bucket, tokens=None: loads.append(index) or loaded)
 
     monkeypatch.setattr(graphs, "allocate", lambda specs, device, batch=None: ())  # no GPU here
     monkeypatch.setattr(graphs.StreamOrder, "on", classmethod(lambda cls, device: None))

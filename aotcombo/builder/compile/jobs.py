@@ -17,9 +17,12 @@ MAX_SHARED_BYTES = {80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 232448, 
 
 
 def label(variant: VariantBuild, combo: str) -> str:
-    """A kernel's compile job: ``sm_90/combo_3`` or ``batch8/sm_90/combo_3``."""
-    arch = f"sm_{variant.arch}/{combo}"
-    return arch if variant.batch is None else f"batch{variant.batch}/{arch}"
+    """A kernel's compile job: ``sm_90/combo_3``, ``batch8/sm_90/combo_3`` or (a size class)
+    ``tokens8/sm_90/combo_3``."""
+    name = f"sm_{variant.arch}/{combo}"
+    if variant.max_tokens is not None:
+        name = f"tokens{variant.max_tokens}/{name}"
+    return name if variant.batch is None else f"batch{variant.batch}/{name}"
 
 
 class Jobs:

@@ -35,6 +35,7 @@ class VariantBuild:
     sources: dict[str, str]  # combo name -> rendered kernel module
     binaries: dict = field(default_factory=dict)  # combo name -> compiler.Binary
     trace_cached: bool = False
+    max_tokens: int | None = None  # dynamic axes: the size class's bound (Specialization.max_tokens)
 
 
 @dataclass
@@ -108,8 +109,10 @@ def _variant(v: VariantBuild, key: str, files: _Files, prefix: str) -> m.ArchVar
         else:
             data = binary.cubin
             path = f"kernels/{key}/{prefix}{combo.name}.cubin"
-            files.files[f"kernels/{key}/{prefix}{combo.name}.py"] = v.sources[combo.name].encode()
-        kernels.append(_kernel(combo, binary, *files.image(path, data)))
+        stored, digest = files.image(path, data)
+        if key != "ptx":  # its source beside it, once per image (a shared image: the first combo's)
+            files.files.setdefault(stored.removesuffix(".cubin") + ".py", v.sources[combo.name].encode())
+        kernels.append(_kernel(combo, binary, stored, digest))
     return m.ArchVariant(program=files.program(v.program), kernels=tuple(kernels), schedule=_schedule(v.plan),
                          stats=stats(v.plan), prepare_key=_prepare_key(v))
 
@@ -132,14 +135,15 @@ def _inputs(graph: g.Graph, names: tuple[str, ...]) -> tuple[m.Input, ...]:
                          mutated=i.name in mutated, direct=i.name in direct) for i in user)
 
 
-def _specialization(batch: int | None, variants: list[VariantBuild], files: _Files,
+def _specialization(batch: int | None, max_tokens: int | None, variants: list[VariantBuild], files: _Files,
                     names: tuple[str, ...]) -> m.Specialization:
-    """One input shape: a variant per cubin arch, and the PTX of the lowest arch."""
-    prefix = f"b{batch}_" if batch is not None else ""
+    """One input shape (or size class): a variant per cubin arch, and the PTX of the lowest arch."""
+    prefix = (f"b{batch}_" if batch is not None else "") + (f"t{max_tokens}_" if max_tokens is not None else "")
     entries = {f"sm_{v.arch}": _variant(v, f"sm_{v.arch}", files, prefix) for v in variants}
     lowest = min(variants, key=lambda v: v.arch)
     entries["ptx"] = _variant(lowest, "ptx", files, prefix)
-    return m.Specialization(batch=batch, inputs=_inputs(lowest.plan.graph, names), variants=entries)
+    return m.Specialization(batch=batch, inputs=_inputs(lowest.plan.graph, names), variants=entries,
+                            max_tokens=max_tokens)
 
 
 def _tensor(name: str, t, external: bool, rows: dict, same_as: str | None, shard_dim: int | None) -> m.Weight:
@@ -177,11 +181,12 @@ def assemble(name: str, version: str, archs, shapes: m.ShapeMode, variants: list
     ``shard_dims``: tensor parallel over ``world_size`` ranks, each split weight's dim (``weights``
     holds one rank's tensors, ``weights_file`` the whole ones)."""
     files = _Files()
-    by_batch: dict = {}
+    by_shape: dict = {}
     for v in variants:
-        by_batch.setdefault(v.batch, []).append(v)
-    specializations = tuple(_specialization(b, by_batch[b], files, input_names)
-                            for b in sorted(by_batch, key=lambda b: b or 0))
+        by_shape.setdefault((v.batch, v.max_tokens), []).append(v)
+    # by batch; a size class before the class of every size
+    order = sorted(by_shape, key=lambda key: (key[0] or 0, key[1] is None, key[1] or 0))
+    specializations = tuple(_specialization(*key, by_shape[key], files, input_names) for key in order)
     if weights_file is not None:
         files.files[WEIGHTS_FILE] = weights_file
     state = variants[0].plan.graph.state

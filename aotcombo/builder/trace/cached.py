@@ -91,40 +91,51 @@ def _fits(graph, inputs, weights) -> bool:
 
 
 def trace_keys(model, inputs, archs, cache, model_file, reporter, dynamic: Dynamic | None = None,
-               sharding: tuple | None = None) -> dict:
+               sharding: tuple | None = None, max_tokens: int | None = None) -> dict:
     """Trace cache keys for every arch, computed before any trace (a trace imports
     Inductor, whose configs are part of the key once imported). ``sharding``: what tensor
-    parallel split (``Sharding.key``), which the model's own fingerprint does not show."""
+    parallel split (``Sharding.key``), which the model's own fingerprint does not show;
+    ``max_tokens``: the size class of ``dynamic`` traced."""
     from ..cache.store import trace_keys as keys
     from ..cache.fingerprint import Uncacheable
 
     if not cache.enabled:
         return {a: None for a in archs}
     try:
-        return keys(model, inputs, archs, model_file, extra=dynamic if sharding is None else (dynamic, sharding))
+        extra = dynamic if sharding is None else (dynamic, sharding)
+        return keys(model, inputs, archs, model_file, extra=extra if max_tokens is None else (extra, max_tokens))
     except Uncacheable as exc:
         reporter.detail(f"traces are not cached for this model: {exc}")
         return {a: None for a in archs}
 
 
-def trace_stage(model, inputs, arch, cache, key, reporter, where: str, dynamic: Dynamic | None = None) -> Traced:
-    """The trace for ``sm_{arch}``, from the cache when ``key`` finds one that fits
-    (``where`` names the trace in messages)."""
-    if key is not None:
-        entry = cache.get_trace(key)
-        if entry is not None:
-            graph, structure = entry["graph"], entry["structure"]
-            weights = _weights_of(model, graph, entry.get("constants") or {})
-            fits = weights is not None and _fits(graph, inputs, weights)
-            if graph.arch == arch and graph.dynamic == dynamic and fits:
-                reporter.line(f"trace for {where}: from the build cache")
-                return Traced(graph, weights, structure, cached=True)
-            reporter.detail(f"{where}: the cached trace does not fit the model; tracing again")
-    from .entry import trace_model
+def trace_stage(model, inputs, arch, cache, keys: list, reporter, where: list[str], dynamic: Dynamic | None = None,
+                classes: tuple = (None,)) -> list[Traced]:
+    """The trace for ``sm_{arch}`` of each size class in ``classes`` (``dynamic``'s, by their
+    ``max_tokens``; None: every size), from the cache when its key in ``keys`` finds one that
+    fits; the others traced together (one export). ``where`` names each trace in messages."""
+    found: dict = {}
+    for max_tokens, key, named in zip(classes, keys, where):
+        entry = cache.get_trace(key) if key is not None else None
+        if entry is None:
+            continue
+        graph, structure = entry["graph"], entry["structure"]
+        weights = _weights_of(model, graph, entry.get("constants") or {})
+        if graph.arch == arch and graph.dynamic == dynamic and weights is not None and _fits(graph, inputs, weights):
+            reporter.line(f"trace for {named}: from the build cache")
+            found[max_tokens] = Traced(graph, weights, structure, cached=True)
+        else:
+            reporter.detail(f"{named}: the cached trace does not fit the model; tracing again")
+    missing = [(t, key, named) for t, key, named in zip(classes, keys, where) if t not in found]
+    if missing:
+        from .entry import trace_classes
 
-    with reporter.stage(f"trace for {where}", timing_key="trace"):
-        graph, weights, structure = trace_model(model, inputs, arch, dynamic=dynamic)
-    entry = {"graph": graph, "structure": structure, "constants": _lifted_constants(model, weights)}
-    if key is not None and not cache.put_trace(key, entry):
-        reporter.detail(f"{where}: the trace holds values the build cache does not store; not cached")
-    return Traced(graph, weights, structure, cached=False)
+        label = missing[0][2] if len(missing) == 1 else f"{missing[0][2]} ({len(missing)} size classes)"
+        with reporter.stage(f"trace for {label}", timing_key="trace"):
+            traced = trace_classes(model, inputs, arch, tuple(t for t, _, _ in missing), dynamic=dynamic)
+        for (max_tokens, key, named), (graph, weights, structure) in zip(missing, traced):
+            entry = {"graph": graph, "structure": structure, "constants": _lifted_constants(model, weights)}
+            if key is not None and not cache.put_trace(key, entry):
+                reporter.detail(f"{named}: the trace holds values the build cache does not store; not cached")
+            found[max_tokens] = Traced(graph, weights, structure, cached=False)
+    return [found[t] for t in classes]

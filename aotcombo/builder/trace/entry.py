@@ -11,6 +11,8 @@ rewrites of ``kernels/linear``); Inductor compiles it with its FX wrapper captur
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from ...errors import UnsupportedModelError
@@ -31,11 +33,13 @@ from .virtual_gpu import virtual_gpu
 
 
 def trace_model(module: torch.nn.Module, example_inputs: tuple, arch: int, *, inductor_combo_kernels: bool = False,
-                dynamic: Dynamic | None = None):
+                dynamic: Dynamic | None = None, max_tokens: int | None = None):
     """Trace ``module`` for a GPU of compute capability ``arch`` (e.g. 90).
 
     ``dynamic``: each of its axes is one symbolic size in its range, across the input dims
-    that carry it; kernels then take the sizes that depend on them as arguments.
+    that carry it; kernels then take the sizes that depend on them as arguments. ``max_tokens``:
+    a size class of ``dynamic``, calls whose axes' product is at most this; linears of as few
+    rows are then ours (``kernels/linear/match.fuse``), their rows read at run time.
 
     ``inductor_combo_kernels=True`` lets Inductor make its own combo kernels:
     only to count the launches ``torch.compile`` would make, for comparison.
@@ -44,8 +48,15 @@ def trace_model(module: torch.nn.Module, example_inputs: tuple, arch: int, *, in
     tensors of every weight input by name, and the nesting of the model's
     outputs (see ``to_graph.output_structure``).
     """
+    return trace_classes(module, example_inputs, arch, (max_tokens,), inductor_combo_kernels=inductor_combo_kernels,
+                         dynamic=dynamic)[0]
+
+
+def trace_classes(module: torch.nn.Module, example_inputs: tuple, arch: int, classes: tuple, *,
+                  inductor_combo_kernels: bool = False, dynamic: Dynamic | None = None) -> list[tuple]:
+    """``trace_model`` for each size class in ``classes`` (its ``max_tokens``; None: every
+    size), exported and decomposed once (a copy of the program per class after the first)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.export.graph_signature import InputKind, OutputKind
 
     with virtual_gpu(arch), quiet_logs():
         fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
@@ -65,42 +76,51 @@ def trace_model(module: torch.nn.Module, example_inputs: tuple, arch: int, *, in
             quant_match.recognise(ep, module)  # weights the model dequantizes: one op each
             linear_combine.combine(ep, module)
             linear_combine.fold_residuals(ep)
-            if dynamic is None:  # its kernels are sized at build time
-                linear_match.fuse(ep)
-            linear_quant.expand(ep)  # those no kernel of ours reads: back to ATen ops
-            read_grouped_heads(ep)  # no key/value copy per query head
-            make_masks_additive(ep)  # once, not in every layer's attention call
-            drop_copies_before_attention(ep)  # it reads q, k and v through their strides
-        signature = ep.graph_signature
-        scatter_into_whole_buffers(ep)
-        state = write_state_in_place(ep)
-        input_meta = []
-        user_index = 0
-        for spec in signature.input_specs:
-            if spec.kind == InputKind.USER_INPUT:
-                input_meta.append(("user", user_index))
-                user_index += 1
-            elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
-                input_meta.append(("weight", spec.target))
-            else:
-                raise UnsupportedModelError(f"unsupported model input {spec.arg.name} ({spec.kind.name})")
-        gm = ep.graph_module
-        fake_inputs = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
-        try:
-            fx_wrapper, kernels = run_inductor(gm, fake_inputs, inductor_combo_kernels, dynamic is not None)
-        except UnsupportedModelError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise inductor_failure(exc, arch) from exc
-        graph = graph_from_fx(fx_wrapper, kernels, input_meta, arch, dynamic)
-        refuse_other_libraries_ops(graph, gm)
-        placeholder = {s.arg.name: i for i, s in enumerate(signature.input_specs)}
-        mutations = tuple(
-            (graph.inputs[placeholder[s.target]].name, i)
-            for i, s in enumerate(signature.output_specs)
-            if s.kind == OutputKind.USER_INPUT_MUTATION
-        )
-        graph = g.replace(graph, mutations=mutations, dynamic=dynamic, state=state)
+        return [_compile(copy.deepcopy(ep) if i < len(classes) - 1 else ep, module, arch, inductor_combo_kernels,
+                         dynamic, max_tokens) for i, max_tokens in enumerate(classes)]
+
+
+def _compile(ep, module, arch: int, inductor_combo_kernels: bool, dynamic: Dynamic | None, max_tokens: int | None):
+    """The rest of ``trace_model`` for one size class, on its own copy of the exported program."""
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    if not inductor_combo_kernels:
+        if dynamic is None or max_tokens:  # its kernels are sized at build time, or for the class's bound
+            linear_match.fuse(ep, max_tokens)
+        linear_quant.expand(ep)  # those no kernel of ours reads: back to ATen ops
+        read_grouped_heads(ep)  # no key/value copy per query head
+        make_masks_additive(ep)  # once, not in every layer's attention call
+        drop_copies_before_attention(ep)  # it reads q, k and v through their strides
+    signature = ep.graph_signature
+    scatter_into_whole_buffers(ep)
+    state = write_state_in_place(ep)
+    input_meta = []
+    user_index = 0
+    for spec in signature.input_specs:
+        if spec.kind == InputKind.USER_INPUT:
+            input_meta.append(("user", user_index))
+            user_index += 1
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            input_meta.append(("weight", spec.target))
+        else:
+            raise UnsupportedModelError(f"unsupported model input {spec.arg.name} ({spec.kind.name})")
+    gm = ep.graph_module
+    fake_inputs = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    try:
+        fx_wrapper, kernels = run_inductor(gm, fake_inputs, inductor_combo_kernels, dynamic is not None)
+    except UnsupportedModelError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise inductor_failure(exc, arch) from exc
+    graph = graph_from_fx(fx_wrapper, kernels, input_meta, arch, dynamic)
+    refuse_other_libraries_ops(graph, gm)
+    placeholder = {s.arg.name: i for i, s in enumerate(signature.input_specs)}
+    mutations = tuple(
+        (graph.inputs[placeholder[s.target]].name, i)
+        for i, s in enumerate(signature.output_specs)
+        if s.kind == OutputKind.USER_INPUT_MUTATION
+    )
+    graph = g.replace(graph, mutations=mutations, dynamic=dynamic, state=state)
 
     weights = {key: real_tensor(module, key, ep.constants) for kind, key in input_meta if kind == "weight"}
     return graph, weights, output_structure(ep.call_spec.out_spec)

@@ -40,6 +40,7 @@ def inspect_package(target: str | Path) -> dict:
         }
     stats = shape.variants["ptx"].stats
     w = manifest.weights
+    shapes = [s for s in manifest.specializations if s.max_tokens is None] or manifest.specializations[-1:]
     return {
         "source": {"kind": source.kind, "path": source.where},
         "name": manifest.name,
@@ -59,10 +60,13 @@ def inspect_package(target: str | Path) -> dict:
         "shapes": dataclasses.asdict(manifest.shapes),
         # per input shape: the launches its prepare runs at load and the bytes their results hold
         "at_load": [{"batch": s.batch, "launches": s.variants["ptx"].stats.load_launches,
-                     "bytes": s.variants["ptx"].stats.load_bytes} for s in manifest.specializations],
+                     "bytes": s.variants["ptx"].stats.load_bytes} for s in shapes],
         # per input shape: the bytes a call's buffers hold at their peak (a captured graph's pool)
-        "call_memory": [{"batch": s.batch, "bytes": s.variants["ptx"].stats.peak_bytes}
-                        for s in manifest.specializations],
+        "call_memory": [{"batch": s.batch, "bytes": s.variants["ptx"].stats.peak_bytes} for s in shapes],
+        # dynamic axes: the size classes with a program of their own, its launches per forward
+        "size_classes": [{"max_tokens": s.max_tokens,
+                          "launches_per_forward": s.variants["ptx"].stats.launches_per_forward}
+                         for s in manifest.specializations if s.max_tokens is not None and s not in shapes],
     }
 
 

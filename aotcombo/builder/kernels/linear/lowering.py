@@ -33,7 +33,9 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
     r = Recipe.from_json(text)
     spec = {name: specs[name] for name in [x.name, weight.name, *(o.name for o in operands), op.out]}
     out = spec[op.out]
-    if tuple(out.stride) != (r.n, 1):
+    if r.dynamic_rows and not isinstance(spec[x.name].stride[-2], int):
+        raise ValueError(f"{x.name}: a fused linear's rows must be at a fixed stride, not {spec[x.name]}")
+    if tuple(out.stride)[-2:] != (r.n, 1) or not r.dynamic_rows and len(out.stride) != 2:
         raise ValueError(f"{op.out}: a fused linear's output must be a whole [{r.m}, {r.n}] matrix, not {out}")
     t = config or tiles(r.m, r.n, r.k, r.dtype, glu=r.glu, bits=r.quant.bits if r.quant else 16)
     if r.quant and t.gemv and quant_gemv.chunk_bytes(r, t) is None:  # no chunk fits a group: tl.dot's tiles
@@ -44,6 +46,10 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
     quantized = ["scale_ptr"] + (["zero_ptr"] if r.quant.zero != "none" else []) if r.quant else []
     params = ["x_ptr", "w_ptr", *quantized, *names, "out_ptr"]
     values = [x.name, weight.name, *(o.name for o in operands), op.out]
+    pointers = tuple((p, POINTER_TYPE[spec[v].dtype]) for p, v in zip(params, values))
+    aligned = tuple(p for p, v in zip(params, values) if _aligned(spec[v]))
+    if r.dynamic_rows:  # the rows, a size of the dynamic axes: the launch's last argument
+        params, values = params + ["m_size"], values + [rows_of(op)]
 
     def load(param: str, value: str, offset: int = 0) -> str:
         s = spec[value]
@@ -86,8 +92,8 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
                + (f", then {', '.join(s for _, s, _ in r.epilogue)}" if r.epilogue else "")
                + f"; tiles {t.block_m}x{t.block_n}x{t.block_k}" + (" gemv" if t.gemv else ""))
     context = dict(
-        params=params, summary=summary, tiles_n=cdiv(r.n, t.block_n), m=r.m, n=r.n, k=r.k,
-        x_stride=spec[x.name].stride,
+        params=params, summary=summary, tiles_n=cdiv(r.n, t.block_n), m="m_size" if r.dynamic_rows else r.m,
+        n=r.n, k=r.k, x_stride=spec[x.name].stride[-2:],
         w_stride=(w_stride[1], w_stride[0]) if r.weight_layout == "nk" else tuple(w_stride),
         norm=norm, operand_type=TRITON_DTYPE[r.dtype], epilogue=lines, result=r.result,
         out_type=TRITON_DTYPE[r.out_dtype],
@@ -100,15 +106,44 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
     name = "fused_linear_" + hashlib.sha256(source.encode()).hexdigest()[:12]
     kernel = g.Kernel(
         name=name, source=source.replace("def KERNEL(", f"def {name}(", 1), heuristic="matmul",
-        signature=tuple((p, POINTER_TYPE[spec[v].dtype]) for p, v in zip(params, values))
+        signature=pointers + ((("m_size", "i32"),) if r.dynamic_rows else ())
         + (("BLOCK_M", "constexpr"), ("BLOCK_N", "constexpr"), ("BLOCK_K", "constexpr")),
-        constants=(), divisible_by_16=tuple(p for p, v in zip(params, values) if _aligned(spec[v])),
+        constants=(), divisible_by_16=aligned,
         numels=(("m", r.m), ("n", r.n), ("k", r.k)), reduction_hint=None, mutated=(),
         tiles=(("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n), ("BLOCK_K", t.block_k)),
         family="fused_linear", grid=(cdiv(r.m, t.block_m) * cdiv(r.n, t.block_n), 1, 1), num_warps=t.num_warps,
         num_stages=t.num_stages,
     )
     return kernel, tuple(g.Ref(v) for v in values)
+
+
+def rows_of(op: g.Extern) -> str:
+    """The value holding the rows of a fused linear with dynamic rows (``Recipe.dynamic_rows``):
+    the product of its x's leading sizes, computed by ``dynamic_output``."""
+    return f"{op.out}_rows"
+
+
+def dynamic_output(op: g.Extern, x: g.TensorSpec, out: g.TensorSpec) -> tuple[list[g.Scalar], g.TensorSpec]:
+    """For a fused linear with dynamic rows: the ``Scalar``s that compute its rows
+    (``rows_of``) and its output's sizes and strides from x's sizes at run time, and the output's
+    spec in them (x's leading dims, then the columns; contiguous)."""
+    leading, name = len(x.shape) - 1, op.out
+    sizes = [g.Scalar(f"{name}_size{d}", "size", (op.args[0], d)) for d in range(leading)]
+    scalars, product = list(sizes), sizes[0].out
+    for d in range(1, leading):  # the rows, one multiplication at a time
+        scalars.append(g.Scalar(rows_of(op) if d == leading - 1 else f"{name}_rows{d}", "mul",
+                                (g.Ref(product), g.Ref(sizes[d].out))))
+        product = scalars[-1].out
+    if leading == 1:
+        scalars.append(g.Scalar(rows_of(op), "size", (op.args[0], 0)))
+    columns = out.shape[-1]
+    strides = [columns]
+    for d in range(leading - 1, 0, -1):  # a leading dim's stride: the next one's times its size
+        scalars.append(g.Scalar(f"{name}_stride{d - 1}", "mul",
+                                (strides[0], g.Ref(sizes[d].out))))
+        strides.insert(0, g.Ref(scalars[-1].out))
+    shape = tuple(g.Ref(s.out) for s in sizes) + (columns,)
+    return scalars, g.replace(out, shape=shape, stride=(*strides, 1), storage_offset=0)
 
 
 def _dequantize_lines(r: Recipe, q: g.TensorSpec, half: int) -> list[str]:
@@ -160,5 +195,9 @@ def lower(graph: g.Graph) -> g.Graph:
             continue
         kernel, args = kernel_for(op, specs)
         kernels.setdefault(kernel.name, kernel)
-        ops += [g.Alloc(op.out, specs[op.out]), g.Launch(kernel.name, args)]
+        spec = specs[op.out]
+        if Recipe.from_json(op.args[3]).dynamic_rows:
+            scalars, spec = dynamic_output(op, specs[op.args[0].name], spec)
+            ops += scalars
+        ops += [g.Alloc(op.out, spec), g.Launch(kernel.name, args)]
     return g.replace(graph, ops=tuple(ops), kernels=tuple(kernels.values()))

@@ -10,8 +10,8 @@ only. The matmul: ``linear``, ``addmm`` or ``mm`` by a weight (``W`` or ``W.T``)
 row or a whole matrix. The epilogue: the pointwise ops after it (``EPILOGUE_OPS``), in float32
 on the product rounded to its dtype, whose last value only is used elsewhere; a combined
 gate/up's ``silu(gate) * up`` as two products per tile. The limits below (cuBLAS keeps the
-rest) come from ``benchmarks/fused_linear_bench.py`` and the zoo on an H100. Not with a
-dynamic batch.
+rest) come from ``benchmarks/fused_linear_bench.py`` and the zoo on an H100. With dynamic
+axes, only in a size class of few tokens (``fuse``'s ``max_tokens``).
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ import math
 import operator
 
 import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ..common import cdiv, recompiled
+from .dynamic_rows import rows_bound, rows_contiguous, same_shape
 # The custom op the rewrite calls (torch.ops.aotcombo.fused_linear) is registered by recipe.
 from .quant import is_dequantize, parts as dequantize_parts
 from .recipe import (DECODE_DTYPES, DECODE_MAX_ROWS, FLOAT_DTYPES, FUSED_MAX_FLOPS, FUSED_MAX_FLOPS_FP32,
@@ -201,7 +203,7 @@ def _halves(matmul, n: int):
     return spans[(0, n // 2)], spans[(n // 2, n)], []
 
 
-def _grow_epilogue(graph, roots: dict, matmul, order: dict, m: int, n: int):
+def _grow_epilogue(graph, roots: dict, matmul, order: dict, m, n: int):
     """``(steps, extras, last)``: the pointwise ops after ``roots`` (the [m, n] product or its
     halves) one kernel can take, with (op, operands), the extra tensors read, and the node
     stored; None when no op follows."""
@@ -212,8 +214,8 @@ def _grow_epilogue(graph, roots: dict, matmul, order: dict, m: int, n: int):
         if order[node] <= first or node.op != "call_function" or order[node] > first + 64:
             continue
         val = _val(node)
-        if (not isinstance(val, torch.Tensor) or not val.is_floating_point() or val.numel() != m * n
-                or val.shape[-1] != n):
+        if (not isinstance(val, torch.Tensor) or not val.is_floating_point() or val.shape[-1] != n
+                or not statically_known_true(val.numel() == m * n)):
             continue
         if node.target in _ROW_VIEWS and node.args[0] in members:
             members[node] = ("copy", [node.args[0]])
@@ -227,8 +229,9 @@ def _grow_epilogue(graph, roots: dict, matmul, order: dict, m: int, n: int):
                 e = _val(a)
                 # computed before the matmul (so not from it), a whole [m, n] or an [n] row
                 if order[a] >= order[matmul] or not isinstance(e, torch.Tensor) or _dtype_name(
-                        e.dtype) not in FLOAT_DTYPES or not (tuple(e.shape) == tuple(val.shape)
-                                                            or e.numel() == n and e.shape[-1] == n):
+                        e.dtype) not in FLOAT_DTYPES or not (same_shape(e.shape, val.shape)
+                                                            or e.shape[-1] == n and statically_known_true(
+                                                                e.numel() == n)):
                     fits = False
             elif not isinstance(a, (torch.fx.Node, int, float)) or isinstance(a, bool):
                 fits = False
@@ -256,9 +259,13 @@ def _grow_epilogue(graph, roots: dict, matmul, order: dict, m: int, n: int):
     return None
 
 
-def fuse(ep) -> int:
+def fuse(ep, max_tokens: int | None = None) -> int:
     """Rewrite, in place in the ExportedProgram ``ep``, each small matmul with a norm before it
-    or pointwise ops after it into one ``aotcombo::fused_linear``; returns how many."""
+    or pointwise ops after it into one ``aotcombo::fused_linear``; returns how many.
+
+    A matmul whose rows are a size of dynamic axes is rewritten only with ``max_tokens``, a
+    bound on the product of every dynamic axis (a size class of the build: ``rows_bound``):
+    its tiles and grid are sized for the bound, its rows read at run time."""
     from torch.export.graph_signature import InputKind
 
     graph = ep.graph
@@ -272,8 +279,11 @@ def fuse(ep) -> int:
         found = _matmul(node, placeholders)
         if found is None:
             continue
-        x, weight, layout, bias, m = found
+        x, weight, layout, bias, rows = found
         n, k = (_val(weight).shape if layout == "nk" else _val(weight).shape[::-1])
+        m = rows if isinstance(rows, int) else rows_bound(rows, max_tokens)  # the rows, or their bound
+        if m is None or not isinstance(k, int):
+            continue
         dtype = _val(weight).dtype
         max_flops = FUSED_MAX_FLOPS_FP32 if dtype == torch.float32 else FUSED_MAX_FLOPS
         few_rows = m <= GEMV_MAX_ROWS or m <= DECODE_MAX_ROWS and dtype in DECODE_DTYPES  # memory-bound
@@ -281,14 +291,13 @@ def fuse(ep) -> int:
             few_rows = m <= QUANT_MAX_ROWS
             if not few_rows:
                 continue
-        if _dtype_name(dtype) not in FLOAT_DTYPES or _val(x).dtype != dtype or any(
-                isinstance(s, torch.SymInt) for s in (*_val(x).shape, m)) or not few_rows and (
+        if _dtype_name(dtype) not in FLOAT_DTYPES or _val(x).dtype != dtype or not few_rows and (
                 2 * m * n * k > max_flops or n * k * dtype.itemsize > FUSED_MAX_WEIGHT_BYTES):
             continue
         bias_kind = None
         if bias is not None:
             b = _val(bias)
-            bias_kind = "row" if tuple(b.shape) == (n,) else "full" if tuple(b.shape) == (m, n) else None
+            bias_kind = "row" if tuple(b.shape) == (n,) else "full" if same_shape(b.shape, (rows, n)) else None
             if bias_kind is None:
                 continue
         source, views = _through_row_views(x, k)
@@ -297,21 +306,30 @@ def fuse(ep) -> int:
             norm = None
         order = {nd: i for i, nd in enumerate(graph.nodes)}
         halves = _halves(node, n) if bias_kind != "full" else None
-        epilogue = halves and _grow_epilogue(graph, dict(zip(halves[:2], ("acc", "acc_up"))), node, order, m, n // 2)
+        epilogue = halves and _grow_epilogue(graph, dict(zip(halves[:2], ("acc", "acc_up"))), node, order, rows,
+                                             n // 2)
         if not epilogue:
-            halves, epilogue = None, _grow_epilogue(graph, {node: "acc"}, node, order, m, n)
+            halves, epilogue = None, _grow_epilogue(graph, {node: "acc"}, node, order, rows, n)
         if not few_rows and norm is None and (epilogue is None or all(op == "copy" for _, (op, _) in epilogue[0])):
             continue  # one launch either way: cuBLAS's (at a few rows ours is faster, split-k pairs included)
         width = n // 2 if halves else n
         t = tiles(m, width, k, _dtype_name(dtype), glu=bool(halves))
         if cdiv(m, t.block_m) * cdiv(width, t.block_n) < FUSED_MIN_PROGRAMS:
             continue
-        _replace(graph, node, x, weight, layout, bias, bias_kind, m, n, k, norm, views, epilogue, halves)
+        if rows is not m:  # rows given at run time: x keeps its leading dims, the result must too
+            x = norm["x"] if norm else source
+            last = epilogue[2] if epilogue else node
+            if t.block_m < m or not rows_contiguous(_val(x)) or not same_shape(
+                    _val(last).shape, (*_val(x).shape[:-1], width)):
+                continue
+        _replace(graph, node, x, weight, layout, bias, bias_kind, m, n, k, norm, views, epilogue, halves,
+                 dynamic_rows=rows is not m)
         fused += 1
     return recompiled(ep, fused, dead_code=True)
 
 
-def _replace(graph, matmul, x, weight, layout, bias, bias_kind, m, n, k, norm, views, epilogue, halves) -> None:
+def _replace(graph, matmul, x, weight, layout, bias, bias_kind, m, n, k, norm, views, epilogue, halves,
+             dynamic_rows: bool = False) -> None:
     steps, extras, last = epilogue if epilogue is not None else ([], [], matmul)
     names = dict(zip(halves[:2], ("acc", "acc_up"))) if halves else {matmul: "acc"}
     names.update({e: f"e{i}" for i, e in enumerate(extras)})
@@ -326,26 +344,30 @@ def _replace(graph, matmul, x, weight, layout, bias, bias_kind, m, n, k, norm, v
         norm=norm and norm["kind"], eps=norm["eps"] if norm else 0.0,
         norm_weight=bool(norm and norm["weight"] is not None), norm_bias=bool(norm and norm["bias"] is not None),
         norm_cast=norm and norm["cast"],
-        extras=tuple("full" if _val(e).dim() > 1 and _val(e).numel() == m * width else "row" for e in extras),
+        extras=tuple("full" if _val(e).dim() > 1 and statically_known_true(_val(e).numel() == _val(last).numel())
+                     else "row" for e in extras),
         epilogue=tuple(program), result=names[last],
         dtype=_dtype_name(_val(weight).dtype), out_dtype=_dtype_name(out_val.dtype),
-        quant=dequantize_parts(weight)[2] if is_dequantize(weight) else None,
+        quant=dequantize_parts(weight)[2] if is_dequantize(weight) else None, dynamic_rows=dynamic_rows,
     )
     operands = ([bias] if bias is not None else []) + (
         [norm[p] for p in ("weight", "bias") if norm[p] is not None] if norm else [])
     kinds = ([bias_kind] if bias is not None else []) + ["row"] * (len(operands) - (bias is not None)) + list(
         recipe.extras)
     with graph.inserting_before(last):
-        made = [graph.call_function(aten.reshape.default, (norm["x"] if norm else x, [m, k]))]
+        # dynamic rows: x keeps its leading dims (the op flattens them), "full" operands are [-1, n]
+        rows, source = (-1, norm["x"] if norm else x) if dynamic_rows else (m, None)
+        made = [] if dynamic_rows else [graph.call_function(aten.reshape.default, (norm["x"] if norm else x, [m, k]))]
         for e, kind in zip(operands + extras, kinds):
-            made.append(graph.call_function(aten.reshape.default, (e, [m, width if e in extras else n] if kind == "full"
-                                                                    else [-1])))
+            made.append(graph.call_function(aten.reshape.default, (
+                e, [rows, width if e in extras else n] if kind == "full" else [-1])))
         # a quantized weight: its bytes in W's place, its scale (and zero) first among the operands
         weight, quantized = dequantize_parts(weight)[:2] if recipe.quant else (weight, [])
+        made = [source, *made] if dynamic_rows else made
         call = graph.call_function(torch.ops.aotcombo.fused_linear.default,
                                    (made[0], weight, quantized + made[1:], recipe.to_json()))
-        result = graph.call_function(aten.reshape.default, (call, list(out_val.shape)))
-    for node in (*made, call, result):
+        result = call if dynamic_rows else graph.call_function(aten.reshape.default, (call, list(out_val.shape)))
+    for node in dict.fromkeys((*made[dynamic_rows:], call, result)):
         node.meta["val"] = node.target(*(_meta_args(a) for a in node.args))
     result.meta.update({key: value for key, value in last.meta.items() if key != "val"})
     call.meta.update({key: value for key, value in matmul.meta.items() if key != "val"})

@@ -121,6 +121,10 @@ class Recipe:
     dtype: str  # of x, W and their product
     out_dtype: str  # of the value stored
     quant: Quant | None = None  # W is quantized bytes; its scale (and zero) lead the operands
+    # The rows are a size of the dynamic axes, given at run time; ``m`` is their upper bound
+    # (``fuse(ep, max_tokens=...)``), which sizes the tiles and the grid. x and the result then
+    # keep their leading dims ([batch, seq, k] -> [batch, seq, n]).
+    dynamic_rows: bool = False
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -138,7 +142,9 @@ class Recipe:
 def fused_linear(x: torch.Tensor, weight: torch.Tensor, operands: list[torch.Tensor], recipe: str) -> torch.Tensor:
     """The recipe in torch ops (eager, any device): the meaning ``lower``'s kernel implements."""
     r = Recipe.from_json(recipe)
-    operands = list(operands)
+    rows = x.shape[:-1]
+    x = x.reshape(-1, r.k)
+    operands = [o.reshape(-1, o.shape[-1]) if o.dim() > 1 else o for o in operands]
     take = operands.pop
     if r.quant:
         scale = take(0)
@@ -164,13 +170,13 @@ def fused_linear(x: torch.Tensor, weight: torch.Tensor, operands: list[torch.Ten
     values.update({f"e{i}": e.float() for i, e in enumerate(operands)})
     for out, op, args in r.epilogue:
         values[out] = EPILOGUE_OPS[op][1](*(values[a] if isinstance(a, str) else a for a in args))
-    return values[r.result].to(getattr(torch, r.out_dtype))
+    return values[r.result].to(getattr(torch, r.out_dtype)).reshape(*rows, r.n)
 
 
 @fused_linear.register_fake
 def _(x, weight, operands, recipe):
     r = Recipe.from_json(recipe)
-    return x.new_empty((r.m, r.n), dtype=getattr(torch, r.out_dtype))
+    return x.new_empty((*x.shape[:-1], r.n), dtype=getattr(torch, r.out_dtype))
 
 
 # op -> (Triton expression on float32 values, the same in torch)
