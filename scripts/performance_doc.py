@@ -257,9 +257,9 @@ def section_axes(results: Path) -> list[str]:
             ("BERT-base (fp16) built once with `--dynamic batch=1:32,seq=1:512` against BERT-base built for exactly "
              "each shape, the dynamic package's op-by-op call (a size past its 64 graphs), eager and "
              "`torch.compile(mode=\"reduce-overhead\", dynamic=True)`; default calls, milliseconds, one run "
-             "(`benchmarks/axes_bench.py`). At 1 × 7 the exact build runs our skinny linears and decode attention, "
-             "which take static sizes; the dynamic one cuBLAS and SDPA. Both make the padding mask additive once per "
-             "forward for all 12 layers (`builder/trace/attention_masks.py`)."), "",
+             "(`benchmarks/axes_bench.py`). At 1 × 7 both run our fused linears and small attention: the dynamic "
+             "package's program for calls of at most 8 tokens reads their sizes at run time (`SizeClasses`); other "
+             "sizes run cuBLAS and SDPA. Masks are made additive once per forward (`trace/attention_masks.py`)."), "",
             *lines, "", sources_line(results, SOURCES["axes"]), ""]
 
 

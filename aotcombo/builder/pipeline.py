@@ -159,13 +159,12 @@ def _variant(build: Build, batch, arch: int, tokens, where: str, traced) -> bool
                                     f"{build.shapes.axis} {build.variants[0].batch}'s",
                                     fix="build each size apart")
     build.weights = traced.weights
-    plan = make_plan(kernels.lower(traced.graph), dispatch=options.dispatch)
+    plan = make_plan(kernels.lower(traced.graph, tokens), dispatch=options.dispatch)
     if build.variants and _weight_keys(plan) != _weight_keys(build.variants[0].plan):
         raise BuildError(f"{where}: the program reads other weights, or in another order, than the first one "
                          "built, which every program of the package shares", fix="report it with the model")
-    if tokens is not None and len(build.classes) > 1 and not any(
-            k.family == "fused_linear" for k in plan.graph.kernels):
-        reporter.detail(f"{where}: no linear of so few rows is ours; the one program serves every size")
+    if tokens is not None and len(build.classes) > 1 and not any(k.family for k in plan.graph.kernels):
+        reporter.detail(f"{where}: no kernel of ours for so few tokens; the one program serves every size")
         return False
     reporter.detail(f"{where}: {plan.kernel_launches} kernels -> {len(plan.call_combos)} combo launches, "
                     f"{plan.extern_calls} extern calls per call"

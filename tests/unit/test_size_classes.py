@@ -89,3 +89,50 @@ def test_the_runtime_runs_the_class_of_a_calls_tokens():
     assert model(torch.empty(1, 7, 3)) == "few" and model(torch.empty(2, 4, 3)) == "few"
     assert model(torch.empty(1, 9, 3)) == "rest" and model(x=torch.empty(3, 3, 3)) == "rest"
     assert model("not a tensor") == "rest"  # its input check names the problem
+
+
+class Encoder(nn.Module):
+    """A BERT-like layer: fused q/k/v, attention under a padding mask, output projection, norm."""
+
+    def __init__(self, hidden: int = 256, heads: int = 4):
+        super().__init__()
+        self.heads, self.qkv, self.out = heads, nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
+        self.norm = nn.LayerNorm(hidden)
+
+    def forward(self, x, mask):
+        b, s, hidden = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, hidden // self.heads).permute(2, 0, 3, 1, 4)
+        keep = mask[:, None, None, :].bool()
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        return self.norm(x + self.out(a.transpose(1, 2).reshape(b, s, hidden)))
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    torch.manual_seed(1)
+    model = Encoder().eval()
+    example = (torch.randn(2, 5, 256), torch.ones(2, 5, dtype=torch.int64))
+    result = build_package(model, example, arch=["sm_90"], name="classes_attention",
+                           out=tmp_path_factory.mktemp("classes_attention"),
+                           shapes=Dynamic(batch=(1, 4), seq=(1, 16)),
+                           dynamic_axes={"x": {0: "batch", 1: "seq"}, "mask": {0: "batch", 1: "seq"}},
+                           cache=False, jobs=1)
+    return model, result
+
+
+def test_the_few_token_class_runs_attention_in_a_kernel_of_ours(encoder):
+    model, result = encoder
+    general, few = result.variants
+    assert any(op.op == "aten::scaled_dot_product_attention" for op in general.plan.ops
+               if hasattr(op, "op") and isinstance(op.op, str))
+    assert not any(getattr(op, "op", None) == "aten::scaled_dot_product_attention" for op in few.plan.ops)
+    assert any(k.family == "decode_attention" and ("batch", "i32") in k.signature for k in few.plan.graph.kernels)
+    generator = torch.Generator().manual_seed(3)
+    for batch, seq in [(1, 1), (1, 7), (2, 4), (4, 2), (1, 8), (3, 2)]:
+        x = torch.randn(batch, seq, 256, generator=generator)
+        mask = torch.ones(batch, seq, dtype=torch.int64)
+        mask[1:, seq // 2 + 1:] = 0  # rows after the first padded
+        got = interpret.run_variant(result, 1, (x, mask))
+        with torch.no_grad():
+            ref = model(x, mask)
+        torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)

@@ -8,7 +8,8 @@
   bytes and scales (``quant_match``, ``quant``; torchao's subclasses first made plain tensors,
   ``subclasses``), read as bytes by a decode step's fused linears.
 - ``attention/``: attention of a few query rows over many keys (an LLM decode step) split over
-  the keys (``lowering``; ``decode_attention.py.j2``).
+  the keys, or a small one in one kernel (``lowering``; ``decode_attention.py.j2``); in a size
+  class of a few tokens, with its sizes given at run time (``dynamic``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from .attention import lowering as attention_lowering
 from .linear import lowering as linear_lowering
 
 
-def lower(graph: g.Graph) -> g.Graph:
+def lower(graph: g.Graph, max_tokens: int | None = None) -> g.Graph:
     """The traced graph with the calls we make our own kernels for replaced by them, and
-    without the weights nothing reads."""
-    return g.without_unread_weights(attention_lowering.lower(linear_lowering.lower(graph)))
+    without the weights nothing reads (``max_tokens``: the size class the graph was traced for)."""
+    return g.without_unread_weights(attention_lowering.lower(linear_lowering.lower(graph), max_tokens))

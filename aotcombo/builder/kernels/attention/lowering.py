@@ -203,20 +203,29 @@ def lowered_ops(op: g.Extern, specs: dict, out_name: str, mode: str, counter: tu
     return ops, [split, combine], scratch
 
 
-def _kernel(prefix: str, source: str, params: list, tiles: tuple, grid: tuple, numels: tuple, writes: tuple):
+def _kernel(prefix: str, source: str, params: list, tiles: tuple, grid: tuple, numels: tuple, writes: tuple,
+            scalars: tuple = ()):
+    """The ``g.Kernel`` of ``source`` and its launch's tensor arguments: ``params`` (param, value,
+    spec) its tensors, ``scalars`` its int params after them (sizes given at run time)."""
     name = f"{prefix}_" + hashlib.sha256(source.encode()).hexdigest()[:12]
     kernel = g.Kernel(
         name=name, source=source.replace("def KERNEL(", f"def {name}(", 1), heuristic="attention",
-        signature=tuple((p, POINTER_TYPE[s.dtype]) for p, _, s in params) + tuple((t, "constexpr") for t, _ in tiles),
+        signature=tuple((p, POINTER_TYPE[s.dtype]) for p, _, s in params) + tuple((p, "i32") for p in scalars)
+        + tuple((t, "constexpr") for t, _ in tiles),
         constants=(), divisible_by_16=tuple(p for p, _, s in params if _aligned(s)), numels=numels,
         reduction_hint=None, mutated=writes, family="decode_attention", tiles=tiles, grid=grid, num_warps=4,
         num_stages=2)
     return kernel, tuple(g.Ref(n) for _, n, _ in params)
 
 
-def lower(graph: g.Graph) -> g.Graph:
-    """``graph`` with every attention call that has a ``lowering`` replaced by its kernels."""
+def lower(graph: g.Graph, max_tokens: int | None = None) -> g.Graph:
+    """``graph`` with every attention call that has a ``lowering`` replaced by its kernels (in a
+    size class of at most ``max_tokens`` tokens, with dynamic sizes: ``dynamic.small``)."""
+    from . import dynamic
+
     specs = graph.spec
+    # sizes as the program computes them (its Scalars), where graph.spec has their text
+    traced = specs | {op.out: op.spec for op in graph.ops if isinstance(op, (g.View, g.Alloc))}
     getitems: dict[str, list] = {}
     for op in graph.ops:
         if isinstance(op, g.GetItem):
@@ -227,8 +236,9 @@ def lower(graph: g.Graph) -> g.Graph:
             items = getitems.get(op.out, [])
             if len(items) == 1 and items[0].index == 0:
                 mode = lowering(op, specs, specs[items[0].out])
-                if mode is not None:
-                    lowered[op.out] = (items[0].out, mode)
+                found = mode is None and dynamic.lowering(op, traced, specs[items[0].out], max_tokens)
+                if mode is not None or found:
+                    lowered[op.out] = (items[0].out, mode or found)
     if not lowered:
         return graph
     kernels = {k.name: k for k in graph.kernels}
@@ -249,8 +259,12 @@ def lower(graph: g.Graph) -> g.Graph:
         if not (isinstance(op, g.Extern) and op.out in lowered):
             ops.append(op)
             continue
-        replacement, made, scratch = lowered_ops(op, specs | new_specs, *lowered[op.out],
-                                                 counter=(COUNTERS, counted.get(op.out, 0)))
+        out_name, mode = lowered[op.out]
+        if isinstance(mode, dict):  # a size class's small attention, its sizes given at run time
+            (replacement, made), scratch = dynamic.small(op, traced, out_name, mode, max_tokens), {}
+        else:
+            replacement, made, scratch = lowered_ops(op, specs | new_specs, out_name, mode,
+                                                     counter=(COUNTERS, counted.get(op.out, 0)))
         for kernel in made:
             kernels.setdefault(kernel.name, kernel)
         new_specs.update(scratch)
