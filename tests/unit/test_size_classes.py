@@ -13,6 +13,8 @@ from aotcombo.builder.pipeline import build_package
 from aotcombo.runtime.manifest import Dynamic
 from aotcombo.runtime.size_classes import SizeClasses
 from aotcombo.tools import interpret
+from aotcombo.tools.inspection.contents import inspect_package
+from aotcombo.tools.inspection.text import format_text
 
 
 class Block(nn.Module):
@@ -45,6 +47,15 @@ def test_a_program_for_few_tokens_and_one_for_every_size(built):
     assert not any(k.family == "fused_linear" for k in general)
     fused = [k for k in few if k.family == "fused_linear"]
     assert fused and all(("m_size", "i32") in k.signature and "rm < m_size" in k.source for k in fused)
+
+
+def test_inspect_and_the_build_line_show_the_class(built):
+    _, result = built
+    few = result.summary()["size_classes"]
+    assert list(few) == [FEW_TOKENS] and few[FEW_TOKENS] > 0
+    report = format_text(inspect_package(result.wheel))
+    assert f"calls of up to {FEW_TOKENS} tokens" in report and f"{few[FEW_TOKENS]} launches per forward" in report
+    assert "batch None" not in report  # one memory figure: the program for every size's
 
 
 @pytest.mark.parametrize("variant, sizes", [(1, [(1, 1), (1, 7), (2, 4), (4, 2), (1, 8)]),

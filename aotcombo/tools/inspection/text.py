@@ -27,8 +27,8 @@ def format_text(info: dict, arch: str | None = None) -> str:
         (f"launches per forward: {s.get('launches_per_forward')} = {plural(s.get('combos'), 'combo kernel')} + "
          f"{plural(s.get('extern_calls'), 'extern call')}; un-combined: {s.get('launches_uncombined')} = "
          f"{plural(s.get('kernels'), 'kernel')} + {plural(s.get('extern_calls'), 'extern call')}"),
-        *(f"calls of up to {c['max_tokens']} tokens (the axes' sizes multiplied): a program of their own, its "
-          f"linears in kernels of ours, {c['launches_per_forward']} launches per forward"
+        *(f"calls of up to {c['max_tokens']} tokens (the axes' sizes multiplied): a program of their own, kernels "
+          f"of ours for its linears and attention where they qualify, {c['launches_per_forward']} launches per forward"
           for c in info.get("size_classes") or []),
         *_at_load_line(info.get("at_load") or [], info["shapes"]),
         *_memory_line(info.get("call_memory") or [], info["shapes"]),
