@@ -17,7 +17,8 @@ seeds:
   in, replayed, outputs copied out): what ``y = m(x)`` costs;
 - ``ours_static``: the serving path, ``m(*m.static_inputs())`` with ``copy_outputs=False``;
 - ``compile_ro``: ``torch.compile(mode="reduce-overhead")`` (its compile kept out of the timing,
-  measured last per model: its CUDA graph trees must not record while ours are live).
+  measured last per model: its CUDA graph trees must not record while ours are live); with
+  ``--max-autotune``, ``compile_ma``: ``torch.compile(mode="max-autotune")`` after it.
 Each is timed as synchronized wall clock per call (median of ``--calls``), the input sets
 rotating; ours default and static call by call in turn (A B A B ...: on the H100 a run of
 200 calls of one ran up to 1.5-3x slower now and then, so timed one after the other they
@@ -86,7 +87,7 @@ def resolve(name: str) -> tuple:
     return package, [fresh_inputs(name, seed) for seed in SEEDS], eager_model(name, package), None
 
 
-def bench_model(name: str, calls: int, compile_ro: bool) -> dict:
+def bench_model(name: str, calls: int, modes: tuple[str, ...]) -> dict:
     row: dict = {"model": name}
     package, sets, eager, weights = resolve(name)
     with torch.no_grad():
@@ -98,24 +99,35 @@ def bench_model(name: str, calls: int, compile_ro: bool) -> dict:
             dst.copy_(src)
         row["ours_default_ms"], row["ours_static_ms"] = measure_interleaved([m, static], [sets, [inputs]], calls)
         del m, static
-        if compile_ro:
-            start = time.perf_counter()
-            compiled = torch.compile(eager, mode="reduce-overhead")
-            try:
-                for _ in range(3):
-                    torch.compiler.cudagraph_mark_step_begin()
-                    compiled(*sets[0])
-                torch.cuda.synchronize()
-                row["compile_s"] = round(time.perf_counter() - start, 1)
+        for mode in modes:
+            row.update(compiled_row(eager, sets, calls, mode))
+    return row
 
-                def ro(*x):
-                    torch.compiler.cudagraph_mark_step_begin()
-                    return compiled(*x)
 
-                row["compile_ro_ms"] = measure(ro, sets, calls)
-            except Exception as exc:  # noqa: BLE001 - reported, the run goes on
-                row["compile_ro_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-            torch._dynamo.reset()
+MODE_KEYS = {"reduce-overhead": "compile_ro", "max-autotune": "compile_ma"}
+
+
+def compiled_row(eager, sets, calls: int, mode: str) -> dict:
+    """``torch.compile(eager, mode=mode)``: its compile (with the first calls) in s and its median
+    ms, under keys named for the mode (``compile_ro_ms``, ``compile_ma_ms``), or its error."""
+    key, start = MODE_KEYS[mode], time.perf_counter()
+    compiled = torch.compile(eager, mode=mode)
+    row = {}
+    try:
+        for _ in range(3):
+            torch.compiler.cudagraph_mark_step_begin()
+            compiled(*sets[0])
+        torch.cuda.synchronize()
+        row["compile_s" if mode == "reduce-overhead" else f"{key}_s"] = round(time.perf_counter() - start, 1)
+
+        def run(*x):
+            torch.compiler.cudagraph_mark_step_begin()
+            return compiled(*x)
+
+        row[f"{key}_ms"] = measure(run, sets, calls)
+    except Exception as exc:  # noqa: BLE001 - reported, the run goes on
+        row[f"{key}_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    torch._dynamo.reset()
     return row
 
 
@@ -141,14 +153,17 @@ def main() -> None:
     parser.add_argument("models", nargs="*", default=list(ZOO))
     parser.add_argument("--out", default=str(HERE.parent / "out"), help="for zoo_bench.jsonl (default %(default)s)")
     parser.add_argument("--calls", type=int, default=200)
-    parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--no-compile", action="store_true", help="no torch.compile at all")
+    parser.add_argument("--max-autotune", action="store_true",
+                        help='also torch.compile(mode="max-autotune") (its CUDA graphs too), after reduce-overhead')
     args = parser.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
-    rows = run_models(args.models, lambda name: bench_model(name, args.calls, not args.no_compile),
+    modes = () if args.no_compile else ("reduce-overhead",) + (("max-autotune",) if args.max_autotune else ())
+    rows = run_models(args.models, lambda name: bench_model(name, args.calls, modes),
                       Path(args.out) / "zoo_bench.jsonl")
-    print(f"\n{'model':20} {'eager':>8} {'RO':>8} {'default':>8} {'static':>8}  RO/default RO/static "
-          "default/static  (ms, medians)")
+    print(f"\n{'model':20} {'eager':>8} {'RO':>8} {'MA':>8} {'default':>8} {'static':>8}  RO/default RO/static "
+          "default/static MA/default  (ms, medians; MA: max-autotune)")
     for r in rows:
         f = lambda k: f"{r[k]:8.3f}" if k in r else f"{'-':>8}"  # noqa: E731
         ro = r.get("compile_ro_ms")
@@ -156,7 +171,8 @@ def main() -> None:
                  else f"{'':20}")
         if "ours_static_ms" in r:
             ratio += f" {r['ours_default_ms'] / r['ours_static_ms']:14.2f}"
-        print(f"{r['model']:20} {f('eager_ms')} {f('compile_ro_ms')} {f('ours_default_ms')} "
+            ratio += f" {r['compile_ma_ms'] / r['ours_default_ms']:10.2f}" if "compile_ma_ms" in r else ""
+        print(f"{r['model']:20} {f('eager_ms')} {f('compile_ro_ms')} {f('compile_ma_ms')} {f('ours_default_ms')} "
               f"{f('ours_static_ms')}  {ratio}")
 
 

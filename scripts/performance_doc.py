@@ -20,7 +20,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from performance_format import ROOT, MissingResults, Page, jsonl, ms, ratio, shown, span, table
+from performance_format import ROOT, MissingResults, Page, call_table, jsonl, ms, ratio, shown, span, table
 from performance_llm import section_llama_8b, section_llm_batch, section_sampling, section_tensor_parallel
 
 SOURCES = {
@@ -31,6 +31,8 @@ SOURCES = {
                   "full_size/zoo_bench_llama_1b_decode.jsonl", "full_size/zoo_bench_llama_1b_decode_glu.jsonl",
                   "full_size/zoo_bench_masks.jsonl"],
     # the same, for the full-size models added later (one run per file)
+    # zoo_bench.py --max-autotune: reduce-overhead and max-autotune beside ours, one run
+    "max_autotune": ["full_size/zoo_bench_max_autotune.jsonl"],
     "full_size_more": ["full_size/zoo_bench_whisper.jsonl", "full_size/zoo_bench_sd_unet.jsonl",
                        "full_size/zoo_bench_whisper_copies.jsonl"],
     # benchmarks/llm_bench.py: a decode step of sample_models/llm_decode.py
@@ -125,21 +127,6 @@ def sources_line(results: Path, names: list[str]) -> str:
 
 
 # --- sections ----------------------------------------------------------------------------------
-
-
-def call_table(rows: dict[str, dict], order: list[str]) -> tuple[list[str], list[float]]:
-    """eager, reduce-overhead, default, serving path; RO / default; default / serving."""
-    out, speedups = [], []
-    for model in order:
-        r = rows[model]
-        ro, default, static = r.get("compile_ro_ms"), r.get("ours_default_ms"), r.get("ours_static_ms")
-        if ro and default:
-            speedups.append(ro / default)
-        out.append([model, ms(r.get("eager_ms")), ms(ro), ms(default), ms(static), ratio(ro, default),
-                    ratio(default, static)])
-    header = ["model", "eager", "reduce-overhead", "ours, default `m(x)`", "ours, serving path",
-              "RO / default", "default / serving"]
-    return table(header, out), speedups
 
 
 def section_calls(results: Path, key: str, title: str, text: str, order=None) -> tuple[list[str], list[float]]:
@@ -364,6 +351,11 @@ def document(results: Path, page: Page) -> str:
         ("Time to first output", lambda: section_first_output(results)),
         ("Cold start", lambda: section_cold_start(results)),
         ("Batch sizes", lambda: section_shapes(results)),
+        ("Against max-autotune", lambda: section_calls(results, "max_autotune", "Against max-autotune", (
+            "Full-size BERT-base (8 × 128, fp16) and ViT-B/16 (8 images, fp16) with `torch.compile(mode="
+            "\"max-autotune\")` (Inductor's autotuned GEMM templates and CUDA graphs; its compile 1-2 minutes "
+            "a model) beside reduce-overhead and ours, one run (`benchmarks/zoo_bench.py --max-autotune`). "
+            "*MA / default*: max-autotune's time over our default call's."))[0]),
         ("Dynamic axes", lambda: section_axes(results)),
         ("Memory per call", lambda: section_memory(results)),
         ("Llama 3 8B decode", lambda: section_llama_8b(results, SOURCES["llama_8b"], SOURCES["read_bandwidth"][0])),

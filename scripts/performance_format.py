@@ -76,3 +76,22 @@ class Page:
 
     def line(self, start: str) -> str | None:
         return next((line for line in self.lines if line.startswith(start)), None)
+
+
+def call_table(rows: dict[str, dict], order: list[str]) -> tuple[list[str], list[float]]:
+    """eager, reduce-overhead, (max-autotune, where measured), default, serving path; RO / default,
+    (MA / default), default / serving."""
+    out, speedups = [], []
+    autotuned = any("compile_ma_ms" in rows[m] for m in order)
+    for model in order:
+        r = rows[model]
+        ro, default, static = r.get("compile_ro_ms"), r.get("ours_default_ms"), r.get("ours_static_ms")
+        if ro and default:
+            speedups.append(ro / default)
+        ma = [ms(r.get("compile_ma_ms"))] if autotuned else []
+        ma_ratio = [ratio(r.get("compile_ma_ms"), default)] if autotuned else []
+        out.append([model, ms(r.get("eager_ms")), ms(ro), *ma, ms(default), ms(static), ratio(ro, default), *ma_ratio,
+                    ratio(default, static)])
+    header = ["model", "eager", "reduce-overhead", *(["max-autotune"] if autotuned else []), "ours, default `m(x)`",
+              "ours, serving path", "RO / default", *(["MA / default"] if autotuned else []), "default / serving"]
+    return table(header, out), speedups
