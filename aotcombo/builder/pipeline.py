@@ -121,7 +121,8 @@ def _inputs(build: Build) -> None:
         build.reporter.detail(f"tensor parallel: {len(build.sharding.layers)} layers and "
                               f"{len(build.sharding.dims)} tensors split over {build.options.tensor_parallel} ranks")
     # Before any trace: a trace imports Inductor, whose configs are part of the key once imported.
-    build.classes = size_classes(build.dynamic) if isinstance(build.shapes, Dynamic) else (None,)
+    few_tokens = isinstance(build.shapes, Dynamic) and not build.sharding  # tensor parallel: unmeasured there
+    build.classes = size_classes(build.dynamic) if few_tokens else (None,)
     build.keys = {(b, t): trace_keys(build.model, inputs, build.options.archs, build.cache, build.model_file,
                                      build.reporter, build.dynamic, build.sharding and build.sharding.key, t)
                   for b, inputs in build.by_batch.items() for t in build.classes}

@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from aotcombo.builder.kernels.linear.dynamic_rows import FEW_TOKENS, rows_bound, size_classes
+from aotcombo.builder.kernels.linear.dynamic_rows import (FEW_TOKENS, FEW_TOKENS_MAX_WEIGHT_BYTES, rows_bound,
+                                                         size_classes)
 from aotcombo.builder.pipeline import build_package
 from aotcombo.runtime.manifest import Dynamic
 from aotcombo.runtime.size_classes import SizeClasses
@@ -70,6 +71,15 @@ def test_each_class_matches_eager(built, variant, sizes):
             ref = model(x)
         assert got.shape == ref.shape
         torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)  # float32, products in tf32x3
+
+
+def test_large_weights_stay_cublas_and_the_class_is_dropped(tmp_path):
+    model = Block(hidden=1024, inner=2048).eval()  # 8 MB weights: over FEW_TOKENS_MAX_WEIGHT_BYTES
+    assert 1024 * 2048 * 4 > FEW_TOKENS_MAX_WEIGHT_BYTES
+    result = build_package(model, (torch.randn(2, 5, 1024),), arch=["sm_90"], name="large", out=tmp_path,
+                           shapes=Dynamic(batch=(1, 4), seq=(1, 16)), dynamic_axes={"x": {0: "batch", 1: "seq"}},
+                           cache=False, jobs=1)
+    assert [v.max_tokens for v in result.variants] == [None] and len(result.manifest.specializations) == 1
 
 
 def test_rows_bound_reads_products_of_axes():

@@ -13,6 +13,12 @@ from .recipe import DECODE_MAX_ROWS
 # decode-step rule of recipe.tiles: memory-bound, a kernel of ours with its norm and epilogue beats
 # cuBLAS and Inductor's kernels around it).
 FEW_TOKENS = DECODE_MAX_ROWS
+# ... for weights up to this many bytes. H100, torch 2.11: BERT-base's (3.5-4.7 MB) fused with their
+# norms and epilogues made the class's 1 x 7 call 0.421 -> 0.347 ms with its attention ours
+# (benchmarks/axes_bench.py); Llama 3.2 1B's (8 MB and up: q/k/v combined 12 MB, the LM head 525 MB)
+# in the class's 16-row tiles made a decode step through the prompt package 1.74 -> 2.00 ms against
+# cuBLAS (a GEMV at one row). Sizes between the two are unmeasured.
+FEW_TOKENS_MAX_WEIGHT_BYTES = 5 * 2 ** 20
 
 
 def rows_bound(rows: torch.SymInt, max_tokens: int | None) -> int | None:

@@ -23,7 +23,7 @@ import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ..common import cdiv, recompiled
-from .dynamic_rows import rows_bound, rows_contiguous, same_shape
+from .dynamic_rows import FEW_TOKENS_MAX_WEIGHT_BYTES, rows_bound, rows_contiguous, same_shape
 # The custom op the rewrite calls (torch.ops.aotcombo.fused_linear) is registered by recipe.
 from .quant import is_dequantize, parts as dequantize_parts
 from .recipe import (DECODE_DTYPES, DECODE_MAX_ROWS, FLOAT_DTYPES, FUSED_MAX_FLOPS, FUSED_MAX_FLOPS_FP32,
@@ -282,9 +282,10 @@ def fuse(ep, max_tokens: int | None = None) -> int:
         x, weight, layout, bias, rows = found
         n, k = (_val(weight).shape if layout == "nk" else _val(weight).shape[::-1])
         m = rows if isinstance(rows, int) else rows_bound(rows, max_tokens)  # the rows, or their bound
-        if m is None or not isinstance(k, int):
-            continue
         dtype = _val(weight).dtype
+        if m is None or not isinstance(k, int) or (
+                rows is not m and n * k * dtype.itemsize > FEW_TOKENS_MAX_WEIGHT_BYTES):  # cuBLAS's, measured
+            continue
         max_flops = FUSED_MAX_FLOPS_FP32 if dtype == torch.float32 else FUSED_MAX_FLOPS
         few_rows = m <= GEMV_MAX_ROWS or m <= DECODE_MAX_ROWS and dtype in DECODE_DTYPES  # memory-bound
         if is_dequantize(weight):  # ours up to QUANT_MAX_ROWS rows; else quant.expand gives it to Inductor
