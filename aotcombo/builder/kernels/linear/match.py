@@ -214,8 +214,8 @@ def _grow_epilogue(graph, roots: dict, matmul, order: dict, m, n: int):
         if order[node] <= first or node.op != "call_function" or order[node] > first + 64:
             continue
         val = _val(node)
-        if (not isinstance(val, torch.Tensor) or not val.is_floating_point() or val.shape[-1] != n
-                or not statically_known_true(val.numel() == m * n)):
+        if (not isinstance(val, torch.Tensor) or not val.is_floating_point() or val.dim() == 0
+                or not statically_known_true(val.numel() == m * n) or val.shape[-1] != n):
             continue
         if node.target in _ROW_VIEWS and node.args[0] in members:
             members[node] = ("copy", [node.args[0]])
@@ -230,8 +230,8 @@ def _grow_epilogue(graph, roots: dict, matmul, order: dict, m, n: int):
                 # computed before the matmul (so not from it), a whole [m, n] or an [n] row
                 if order[a] >= order[matmul] or not isinstance(e, torch.Tensor) or _dtype_name(
                         e.dtype) not in FLOAT_DTYPES or not (same_shape(e.shape, val.shape)
-                                                            or e.shape[-1] == n and statically_known_true(
-                                                                e.numel() == n)):
+                                                            or e.dim() > 0 and e.shape[-1] == n
+                                                            and statically_known_true(e.numel() == n)):
                     fits = False
             elif not isinstance(a, (torch.fx.Node, int, float)) or isinstance(a, bool):
                 fits = False
@@ -283,8 +283,9 @@ def fuse(ep, max_tokens: int | None = None) -> int:
         n, k = (_val(weight).shape if layout == "nk" else _val(weight).shape[::-1])
         m = rows if isinstance(rows, int) else rows_bound(rows, max_tokens)  # the rows, or their bound
         dtype = _val(weight).dtype
-        if m is None or not isinstance(k, int) or (
-                rows is not m and n * k * dtype.itemsize > FEW_TOKENS_MAX_WEIGHT_BYTES):  # cuBLAS's, measured
+        if m is None or not isinstance(k, int) or rows is not m and (
+                n * k * dtype.itemsize > FEW_TOKENS_MAX_WEIGHT_BYTES  # cuBLAS's, measured
+                or is_dequantize(weight)):  # quantized weights with dynamic rows: not built yet
             continue
         max_flops = FUSED_MAX_FLOPS_FP32 if dtype == torch.float32 else FUSED_MAX_FLOPS
         few_rows = m <= GEMV_MAX_ROWS or m <= DECODE_MAX_ROWS and dtype in DECODE_DTYPES  # memory-bound
