@@ -135,7 +135,7 @@ def _variants(build: Build) -> None:
                           triton_cache_dir=str(build.scratch / "triton"))
     build.jobs = Jobs(scheduler)
     steps = [(b, a) for b in build.by_batch for a in options.archs]
-    unused = set()  # size classes in which no linear is ours: the program for every size serves them
+    unused = set()  # size classes with no kernel of ours: the program for every size serves them
     for index, (batch, arch) in enumerate(steps):
         classes = tuple(t for t in build.classes if t not in unused)
         at = f"sm_{arch}" if batch is None else f"{build.shapes.axis} {batch}, sm_{arch}"
@@ -153,7 +153,7 @@ def _variants(build: Build) -> None:
 
 def _variant(build: Build, batch, arch: int, tokens, where: str, traced) -> bool:
     """One traced shape (or size class) and arch: our kernels, plan, codegen; its compiles
-    queued. False for a size class in which no linear is ours (the program for every size serves it)."""
+    queued. False for a size class with no kernel of ours (the program for every size serves it)."""
     options, reporter = build.options, build.reporter
     if build.weights is not None and list(traced.weights) != list(build.weights):
         raise UnsupportedModelError(f"{where}: the traced graph takes other weights than "
@@ -161,12 +161,12 @@ def _variant(build: Build, batch, arch: int, tokens, where: str, traced) -> bool
                                     fix="build each size apart")
     build.weights = traced.weights
     plan = make_plan(kernels.lower(traced.graph, tokens), dispatch=options.dispatch)
-    if build.variants and _weight_keys(plan) != _weight_keys(build.variants[0].plan):
-        raise BuildError(f"{where}: the program reads other weights, or in another order, than the first one "
-                         "built, which every program of the package shares", fix="report it with the model")
     if tokens is not None and len(build.classes) > 1 and not any(k.family for k in plan.graph.kernels):
         reporter.detail(f"{where}: no kernel of ours for so few tokens; the one program serves every size")
         return False
+    if build.variants and _weight_keys(plan) != _weight_keys(build.variants[0].plan):
+        raise BuildError(f"{where}: the program reads other weights, or in another order, than the first one "
+                         "built, which every program of the package shares", fix="report it with the model")
     reporter.detail(f"{where}: {plan.kernel_launches} kernels -> {len(plan.call_combos)} combo launches, "
                     f"{plan.extern_calls} extern calls per call"
                     + (f"; at load: {plan.load.launches}" if plan.load else ""))

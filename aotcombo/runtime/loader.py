@@ -238,10 +238,11 @@ class Package:
             return BucketedModel(self.manifest.name, dev.device,
                                  lambda size: self._model(index, size, options, weights, held, prepared), shapes,
                                  names, held)
-        rest = self._model(index, None, options, weights, held)
+        prepared = {}  # the work on the weights at load, once for the size classes that share it
+        rest = self._model(index, None, options, weights, held, prepared)
         if len(self.manifest.specializations) == 1:
             return rest
-        classes = [(most, self._model(index, None, options, weights, held, tokens=most))
+        classes = [(most, self._model(index, None, options, weights, held, prepared, tokens=most))
                    for most in self.manifest.size_classes]
         where = tuple(axis_dims([InputSpec.of(i) for i in self.manifest.inputs]).values())
         return SizeClasses(classes, rest, where)
