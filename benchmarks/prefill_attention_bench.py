@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Our Triton flash-attention forward (non-causal) against torch's SDPA backends on one GPU: BERT-base (12 heads
-of 64, fp16, an additive key-padding mask, batches after the first padded by half) at (batch, seq) = (1,128) (8,128)
-(8,383) (16,256) (32,512); Whisper-small's encoder (2 x 12 heads x 1500, d 64); SD 1.5's UNet (2 x 8 x 4096, d 40;
+of 64, fp16, an additive key-padding mask, batches after the first padded by half; ``-skip`` configs read only the
+key blocks a batch's row may see) at (batch, seq) = (1,128) (8,128) (8,383) (16,256) (32,512); ViT-B/16 (8 x 12
+heads x 197, d 64); Whisper-small's encoder (2 x 12 heads x 1500, d 64); SD 1.5's UNet (2 x 8 x 4096, d 40;
 2 x 8 x 1024, d 80). q, k, v: views of a [batch, seq, 3, heads, d] tensor (``packed``, as a fused QKV linear
 writes) or contiguous [batch, heads, seq, d] (``bhsd``); ours writes [batch, seq, heads, d], as the next linear reads.
 
@@ -68,7 +69,7 @@ def attention_fwd_kernel(Q, K, V, Out, Mask, sm_scale, heads, seq_q, seq_k,
                          stride_mb, stride_mk,
                          HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          HAS_MASK: tl.constexpr, KEY_TAIL: tl.constexpr, USE_TMA: tl.constexpr,
-                         STRIDE_UNIT: tl.constexpr):
+                         STRIDE_UNIT: tl.constexpr, SKIP_MASKED: tl.constexpr = False):
     """One program: BLOCK_M queries of one (batch, head) against all its keys, BLOCK_N at a time (online
     softmax in the log2 domain); KEY_TAIL: seq_k is not a multiple of BLOCK_N. The batch, head and seq strides come
     in units of STRIDE_UNIT elements (16 bytes where the host found them all multiples of it): Triton specializes
@@ -102,9 +103,20 @@ def attention_fwd_kernel(Q, K, V, Out, Mask, sm_scale, heads, seq_q, seq_k,
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     mask_row = Mask + off_b * stride_mb
+    lo, hi = 0, seq_k
+    if HAS_MASK and SKIP_MASKED:  # only the blocks from the first to the last key the batch's row may see
+        first, last = seq_k, -1
+        for start in range(0, seq_k, BLOCK_N):
+            keys = start + tl.arange(0, BLOCK_N)
+            raw = tl.load(mask_row + keys * stride_mk, mask=keys < seq_k, other=float("-inf")).to(tl.float32)
+            seen = raw > MASKED_AT
+            first = tl.minimum(first, tl.min(tl.where(seen, keys, seq_k), 0))
+            last = tl.maximum(last, tl.max(tl.where(seen, keys, -1), 0))
+        if last >= 0:  # a key seen: those outside add exactly 0 (exp2 of -1e30); none seen: every key counts
+            lo, hi = first // BLOCK_N * BLOCK_N, last + 1
     # The key tail is checked in every block: a last block peeled off the loop made ptxas serialize the wgmmas
     # (C7515; triton 3.8, sm_90a).
-    for start_n in range(0, seq_k, BLOCK_N):
+    for start_n in range(lo, hi, BLOCK_N):
         keys = start_n + tl.arange(0, BLOCK_N)
         keys_ok = keys < seq_k
         if USE_TMA:
@@ -146,15 +158,18 @@ class TileConfig(NamedTuple):
     num_warps: int
     num_stages: int
     tma: bool = False
+    skip: bool = False  # key blocks no row of the batch may see are not read (masked calls only)
 
     @property
     def name(self) -> str:
-        return f"m{self.block_m}n{self.block_n}w{self.num_warps}s{self.num_stages}" + ("-tma" if self.tma else "")
+        return (f"m{self.block_m}n{self.block_n}w{self.num_warps}s{self.num_stages}" + ("-tma" if self.tma else "")
+                + ("-skip" if self.skip else ""))
 
 
 CONFIGS = {  # by the head dim padded to a power of 2 (40 -> 64, 80 -> 128)
     64: (TileConfig(128, 64, 4, 3), TileConfig(128, 128, 8, 3), TileConfig(64, 64, 4, 3),
-         TileConfig(128, 64, 4, 3, True), TileConfig(128, 128, 8, 3, True)),
+         TileConfig(128, 64, 4, 3, True), TileConfig(128, 128, 8, 3, True), TileConfig(128, 64, 4, 3, skip=True),
+         TileConfig(64, 64, 4, 3, skip=True), TileConfig(128, 64, 4, 3, True, True)),
     128: (TileConfig(128, 64, 8, 3), TileConfig(128, 128, 8, 2), TileConfig(64, 64, 4, 3),
           TileConfig(128, 64, 8, 3, True), TileConfig(128, 128, 8, 2, True)),
 }
@@ -178,7 +193,7 @@ def attention(q, k, v, out, config: TileConfig, key_mask=None, sm_scale=None):
         q, k, v, out, q if key_mask is None else key_mask, head_dim ** -0.5 if sm_scale is None else sm_scale,
         heads, seq_q, seq_k, *strides, *mask_strides, HEAD_DIM=head_dim, BLOCK_D=triton.next_power_of_2(head_dim),
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, HAS_MASK=key_mask is not None,
-        KEY_TAIL=seq_k % config.block_n != 0, USE_TMA=config.tma, STRIDE_UNIT=unit,
+        KEY_TAIL=seq_k % config.block_n != 0, USE_TMA=config.tma, STRIDE_UNIT=unit, SKIP_MASKED=config.skip,
         num_warps=config.num_warps, num_stages=config.num_stages)
     return out
 
@@ -228,7 +243,8 @@ def check() -> int:
     cases = [(seq, d, fill, layout, out_layout, config)
              for seq in (37, 64) for d in (64, 40) for fill in (None, torch.finfo(torch.float16).min)
              for layout in ("packed", "bhsd") for out_layout in ("bshd", "bhsd")
-             for config in (TileConfig(32, 16, 4, 1), TileConfig(16, 32, 4, 1, True))]
+             for config in (TileConfig(32, 16, 4, 1), TileConfig(16, 32, 4, 1, True),
+                            TileConfig(16, 16, 4, 1, skip=True))]
     cases += [(seq, 80, float("-inf"), layout, "bshd", TileConfig(16, 16, 4, 1))
               for seq in (16, 37) for layout in ("packed", "misaligned")]
     failures = 0
@@ -247,7 +263,8 @@ def check() -> int:
 Shape = NamedTuple("Shape", [("model", str), ("batch", int), ("heads", int), ("seq", int), ("head_dim", int),
                              ("masked", bool)])
 SHAPES = (*(Shape("bert-base", b, 12, s, 64, True) for b, s in ((1, 128), (8, 128), (8, 383), (16, 256), (32, 512))),
-          Shape("whisper-small-enc", 2, 12, 1500, 64, False), Shape("sd15-unet", 2, 8, 4096, 40, False),
+          Shape("vit-b16", 8, 12, 197, 64, False), Shape("whisper-small-enc", 2, 12, 1500, 64, False),
+          Shape("sd15-unet", 2, 8, 4096, 40, False),
           Shape("sd15-unet", 2, 8, 1024, 80, False))
 TORCH_BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
                   "efficient": SDPBackend.EFFICIENT_ATTENTION}
