@@ -14,12 +14,13 @@ row its own; exact for any mask, as a key none may see adds nothing). A small at
 (at most ``SMALL_ROWS`` queries and ``SMALL_KEYS`` keys, causal or not, e.g. a short
 sequence's block) is one kernel of ours: one program per (batch, head, 16 query rows) over
 all its keys, writing the output itself (torch's memory-efficient kernel took 8 us for a
-float32 [2, 8, 64, 32] block). Sizes and strides are fixed at build time; the split
-is chosen so one call has about ``TARGET_PROGRAMS`` programs. Calls that fit neither (a
-prefill, a dynamic batch, odd head sizes) stay torch's. Grouped-query attention
-(``enable_gqa``, made by ``trace/grouped_heads.py`` from transformers' ``repeat_kv``): a
-program takes one key/value head and the rows of all its query heads, so each key/value
-head is read once for its group and never copied per query head.
+float32 [2, 8, 64, 32] block). An unmasked prefill of at most ``PREFILL_KEYS`` keys (ViT's) is
+that kernel with ``PREFILL_ROWS`` query rows a program. Sizes and strides are fixed at build
+time; the split is chosen so one call has about ``TARGET_PROGRAMS`` programs. Calls that fit
+none (a long, masked or causal prefill, a dynamic batch, odd head sizes) stay torch's.
+Grouped-query attention (``enable_gqa``, made by ``trace/grouped_heads.py`` from transformers'
+``repeat_kv``): a program takes one key/value head and the rows of all its query heads, so each
+key/value head is read once for its group and never copied per query head.
 """
 
 from __future__ import annotations
@@ -38,6 +39,15 @@ from ..common import POINTER_TYPE, TRITON_DTYPE, cdiv, next_power_of_2
 MAX_ROWS = 32  # query rows per (batch, head) of a split call: more is a prefill, which torch's kernels do well
 MIN_KEYS = 256  # keys of a split call: fewer, one program per (batch, head) walks them quickly enough
 SMALL_ROWS, SMALL_KEYS = 64, 128  # a small attention: one kernel, a program per (batch, head, 16 rows)
+# A prefill without a mask (16-bit, head size 64, not causal, no grouped heads) of at most
+# PREFILL_KEYS keys (ViT's): the small attention's kernel, PREFILL_ROWS query rows a program, 3
+# stages. H100: ViT-B/16 at batch 8 (197 keys) 0.973-0.997 -> 0.911 ms a call against cuDNN's (two
+# A/B rounds). With a mask the kernel lost to cuDNN (BERT-base's 8 x 383 1.67 -> 2.35 ms, 32 x 512
+# 8.2 -> 10.8; alone, key-padding masks at 32 x 512: 317-319 against 108 us), though a kernel of the
+# same loop's algorithm skipping the padded key blocks beat it 1.29x there
+# (benchmarks/prefill_attention_bench.py): masked calls stay torch's.
+PREFILL_KEYS, PREFILL_HEAD_DIM, PREFILL_ROWS = 256, 64, 64
+PREFILL_DTYPES, PREFILL_STAGES = ("float16", "bfloat16"), 3
 BLOCK_N = 64  # keys per step of a split program
 # About eight programs an SM of an H100 (132 SMs): a program holds 168 registers a thread at
 # most (three to an SM), and with fewer, longer programs the slowest ones set the time. Llama 3
@@ -96,18 +106,21 @@ def lowering(op: g.Extern, specs: dict, out: g.TensorSpec) -> str | None:
             return None
         if mask_spec.dtype not in ("bool", q.dtype, "float32"):
             return None
-    return _mode(m, s, group, bool(kwargs.get("is_causal")))
+    prefill = q.dtype in PREFILL_DTYPES and d == PREFILL_HEAD_DIM and mask_spec is None
+    return _mode(m, s, group, bool(kwargs.get("is_causal")), prefill)
 
 
-def _mode(rows: int, keys: int, group: int, causal: bool) -> str | None:
+def _mode(rows: int, keys: int, group: int, causal: bool, prefill: bool = False) -> str | None:
     """The lowering of a call of ``rows`` query rows per head over ``keys`` keys, ``group``
     query heads per key/value head (a split program holds the ``rows * group`` rows of its
-    key/value head)."""
+    key/value head); ``prefill``: its dtype, head size and absent mask are a prefill kernel's."""
     if rows <= SMALL_ROWS and keys <= SMALL_KEYS:
         return "small"
     # grouped: whatever the keys, as torch's alternative would be its enable_gqa (math, at times)
     if rows * group <= MAX_ROWS and (keys >= MIN_KEYS or group > 1) and not causal:
         return "split"
+    if prefill and keys <= PREFILL_KEYS and group == 1 and not causal:
+        return "prefill"
     return None
 
 
@@ -117,7 +130,9 @@ def takes(dtype: torch.dtype, query_shape: tuple, keys: int, group: int, causal:
     (the trace asks before it rewrites a call: ``grouped_heads.py``, ``attention_masks.py``)."""
     name, mask_name = (str(t).removeprefix("torch.") if t is not None else None for t in (dtype, mask_dtype))
     return (name in TRITON_DTYPE and query_shape[3] in HEAD_DIMS and mask_name in (None, "bool", name, "float32")
-            and _mode(query_shape[2], keys, group, causal) is not None)
+            and _mode(query_shape[2], keys, group, causal,
+                      name in PREFILL_DTYPES and query_shape[3] == PREFILL_HEAD_DIM and mask_name is None) is not None)
+
 
 
 def split_of(batch_heads: int, keys: int) -> tuple[int, int]:
@@ -152,9 +167,9 @@ def lowered_ops(op: g.Extern, specs: dict, out_name: str, mode: str, counter: tu
     mask_kind = None if mask_spec is None else ("bool" if mask_spec.dtype == "bool" else "additive")
     causal = bool(kwargs.get("is_causal"))
     # a split program takes every row; a small attention's programs take 16 rows each (more
-    # programs: a [2, 8, 64, 32] block ran in 16 of them)
-    block_m, block_d = (max(16, next_power_of_2(rows)) if mode == "split" else 16), d
-    row_blocks = cdiv(rows, block_m)
+    # programs: a [2, 8, 64, 32] block ran in 16 of them); a prefill's, PREFILL_ROWS
+    block_m = max(16, next_power_of_2(rows)) if mode == "split" else PREFILL_ROWS if mode == "prefill" else 16
+    block_d, row_blocks = d, cdiv(rows, block_m)
     summary = (f"[{b}, {h}, {m}, {d}] queries over {keys} keys, {q.dtype}" + (", causal" if causal else "")
                + (f", {group} query heads per key/value head" if group > 1 else "")
                + (f", {mask_kind} mask" if mask_kind else "")
@@ -165,15 +180,16 @@ def lowered_ops(op: g.Extern, specs: dict, out_name: str, mode: str, counter: tu
                   causal=causal, keys_per_split=per_split, scale_log2=repr(scale * LOG2E), mask=mask_kind,
                   mask_stride=_broadcast_strides(mask_spec, (b, h, m, keys)) if mask_spec else None,
                   dot_options=FP32_DOT if q.dtype == "float32" else "")
-    source = render("decode_attention.py.j2", part="attend", name="KERNEL", direct=mode == "small", merge_here=False,
+    source = render("decode_attention.py.j2", part="attend", name="KERNEL", direct=mode != "split", merge_here=False,
                     **attend)
     inputs = [(p, n, s) for p, (n, s) in zip(["q_ptr", "k_ptr", "v_ptr", "mask_ptr"], [
         (q_ref.name, q), (k_ref.name, k), (v_ref.name, v)] + ([(mask.name, mask_spec)] if mask_spec else []))]
     tiles = (("BLOCK_M", block_m), ("BLOCK_N", BLOCK_N), ("BLOCK_D", block_d))
     numels = (("m", rows), ("n", keys), ("d", d))
-    if mode == "small":
-        kernel, args = _kernel("attention_small", source, inputs + [("out_ptr", out_name, out)], tiles,
-                               (b * kv * row_blocks, 1, 1), numels, writes=("out_ptr",))
+    if mode != "split":
+        kernel, args = _kernel(f"attention_{mode}", source, inputs + [("out_ptr", out_name, out)], tiles,
+                               (b * kv * row_blocks, 1, 1), numels, writes=("out_ptr",),
+                               num_stages=PREFILL_STAGES if mode == "prefill" else 2)
         return [g.Alloc(out_name, out), g.Launch(kernel.name, args)], [kernel], {}
     scratch = {f"{out_name}_partial": g.TensorSpec((b * kv * splits * rows * d,), (1,), "float32"),
                f"{out_name}_stats": g.TensorSpec((b * kv * splits * rows * 2,), (1,), "float32")}
@@ -204,7 +220,7 @@ def lowered_ops(op: g.Extern, specs: dict, out_name: str, mode: str, counter: tu
 
 
 def _kernel(prefix: str, source: str, params: list, tiles: tuple, grid: tuple, numels: tuple, writes: tuple,
-            scalars: tuple = ()):
+            scalars: tuple = (), num_stages: int = 2):
     """The ``g.Kernel`` of ``source`` and its launch's tensor arguments: ``params`` (param, value,
     spec) its tensors, ``scalars`` its int params after them (sizes given at run time)."""
     name = f"{prefix}_" + hashlib.sha256(source.encode()).hexdigest()[:12]
@@ -214,7 +230,7 @@ def _kernel(prefix: str, source: str, params: list, tiles: tuple, grid: tuple, n
         + tuple((t, "constexpr") for t, _ in tiles),
         constants=(), divisible_by_16=tuple(p for p, _, s in params if _aligned(s)), numels=numels,
         reduction_hint=None, mutated=writes, family="decode_attention", tiles=tiles, grid=grid, num_warps=4,
-        num_stages=2)
+        num_stages=num_stages)
     return kernel, tuple(g.Ref(n) for _, n, _ in params)
 
 
