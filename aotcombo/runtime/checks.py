@@ -10,6 +10,10 @@ import torch
 
 from .manifest import CAPTURE_AFTER, MAX_GRAPHS, Manifest
 
+# From compute capability 90 on, Triton compiles for the arch-specific target (sm_90a, sm_100a...):
+# its cubin and its PTX run on that arch alone.
+ARCH_SPECIFIC_FROM = 90
+
 
 def choose_variant(manifest: Manifest, arch: int, device_name: str | None = None) -> str:
     """The key of the variant that runs on a GPU of compute capability ``arch`` (e.g. 86).
@@ -21,10 +25,11 @@ def choose_variant(manifest: Manifest, arch: int, device_name: str | None = None
     variants, archs, ptx = manifest.specializations[-1].variants, manifest.archs, manifest.ptx_arch
     if f"sm_{arch}" in variants:
         return f"sm_{arch}"
-    same_major = [a for a in archs if a < 90 and a // 10 == arch // 10 and a < arch and f"sm_{a}" in variants]
+    same_major = [a for a in archs if a < ARCH_SPECIFIC_FROM and a // 10 == arch // 10 and a < arch
+                  and f"sm_{a}" in variants]
     if same_major:
         return f"sm_{max(same_major)}"
-    if "ptx" in variants and (ptx == arch or ptx < 90 and ptx < arch):
+    if "ptx" in variants and (ptx == arch or ptx < ARCH_SPECIFIC_FROM and ptx < arch):
         return "ptx"
     device = f"this device ({device_name})" if device_name else "this device"
     cubins = f"cubins for {', '.join(f'sm_{a}' for a in archs)}" if archs else "no cubins"

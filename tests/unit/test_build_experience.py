@@ -186,13 +186,14 @@ def test_manifest_has_what_inspect_needs_and_what_the_runtime_reads(builds):
     assert m.weights.file == "weights.pt"
     assert len(m.weights.tensors) == 4 and m.weights.bytes == (32 * 64 + 64 + 64 * 16 + 16) * 4
     assert {t.name for t in m.weights.tensors} == {"0.weight", "0.bias", "2.weight", "2.bias"}
-    for key in ("sm_90", "ptx"):
+    assert "ptx" not in m.specialization().variants  # sm_90a's PTX runs on sm_90 alone, where the cubin is
+    for key in ("sm_90",):
         variant = m.specialization().variants[key]
         assert variant.schedule and variant.stats.launches_per_forward == len(variant.schedule)
         for k in variant.kernels:
             assert isinstance(k.registers, int) and k.registers > 0
             assert k.local_bytes == 0 and isinstance(k.level, int)
-            assert k.pdl  # sm_90 (and its PTX): launched early, waiting on the GPU for the kernel before
+            assert k.pdl  # sm_90: launched early, waiting on the GPU for the kernel before
             assert k.subs and all(b.programs >= 1 and b.block for b in k.subs)
 
 
@@ -380,6 +381,8 @@ def test_parallel_compile_gives_the_same_wheel(mlp_file, tmp_path, builds, monke
                      jobs=2)
     assert sha256(serial.wheel) == sha256(parallel.wheel)
     assert parallel.cache["kernels_compiled"] == 2 * len(serial.variants[0].plan.combos)
+    variants = serial.manifest.specialization().variants
+    assert set(variants) == {"sm_80", "sm_90", "ptx"} and serial.manifest.ptx_arch == 80  # sm_80's PTX: newer GPUs
 
 
 def _jobs(builds) -> list:
@@ -481,7 +484,7 @@ def test_inspect_text(builds, capsys):
     assert main(["inspect", str(builds[0].wheel)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("mlp 0.1.0  (wheel ")
-    assert "archs: cubins for sm_90; PTX for sm_90 and newer" in out
+    assert "archs: cubins for sm_90; no PTX (sm_90 and later: Triton's PTX is for that arch alone" in out
     assert "launches per forward: " in out and "un-combined: " in out
     assert "weights: 4 tensors, 12.6 kB" in out
     assert "combo_0" in out and "regs" in out and "XBLOCK=" in out

@@ -13,6 +13,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from ...runtime import manifest as m
+from ...runtime.checks import ARCH_SPECIFIC_FROM
 from ...runtime.state import view_key
 from ..codegen.combo import combo_signature
 from .. import graph as g
@@ -137,11 +138,14 @@ def _inputs(graph: g.Graph, names: tuple[str, ...]) -> tuple[m.Input, ...]:
 
 def _specialization(batch: int | None, max_tokens: int | None, variants: list[VariantBuild], files: _Files,
                     names: tuple[str, ...]) -> m.Specialization:
-    """One input shape (or size class): a variant per cubin arch, and the PTX of the lowest arch."""
+    """One input shape (or size class): a variant per cubin arch, and the PTX of the lowest arch
+    where it can run on a GPU no cubin fits (below ``ARCH_SPECIFIC_FROM``: sm_90a's PTX runs on
+    sm_90 alone, where the cubin is; it made a third of a dynamic BERT wheel's kernel bytes)."""
     prefix = (f"b{batch}_" if batch is not None else "") + (f"t{max_tokens}_" if max_tokens is not None else "")
     entries = {f"sm_{v.arch}": _variant(v, f"sm_{v.arch}", files, prefix) for v in variants}
     lowest = min(variants, key=lambda v: v.arch)
-    entries["ptx"] = _variant(lowest, "ptx", files, prefix)
+    if lowest.arch < ARCH_SPECIFIC_FROM:
+        entries["ptx"] = _variant(lowest, "ptx", files, prefix)
     return m.Specialization(batch=batch, inputs=_inputs(lowest.plan.graph, names), variants=entries,
                             max_tokens=max_tokens)
 

@@ -38,7 +38,7 @@ def inspect_package(target: str | Path) -> dict:
             ],
             "schedule": [{step.kind: step.name, "level": step.level} for step in variant.schedule],
         }
-    stats = shape.variants["ptx"].stats
+    stats = _lowest(manifest, shape).stats
     w = manifest.weights
     shapes = [s for s in manifest.specializations if s.max_tokens is None] or manifest.specializations[-1:]
     return {
@@ -47,7 +47,7 @@ def inspect_package(target: str | Path) -> dict:
         "version": manifest.version,
         "versions": manifest.built_with,
         "archs": [f"sm_{a}" for a in manifest.archs],
-        "ptx_arch": f"sm_{manifest.ptx_arch}",
+        "ptx_arch": f"sm_{manifest.ptx_arch}" if "ptx" in shape.variants else None,
         "inputs": [dataclasses.asdict(i) for i in manifest.inputs],
         "weights": {"file": w.file, "file_bytes": w.file_bytes, "tensors": len(w.tensors), "bytes": w.bytes,
                     "bytes_by_dtype": _bytes_by_dtype(w.tensors),
@@ -59,15 +59,21 @@ def inspect_package(target: str | Path) -> dict:
         "variants": variants,
         "shapes": dataclasses.asdict(manifest.shapes),
         # per input shape: the launches its prepare runs at load and the bytes their results hold
-        "at_load": [{"batch": s.batch, "launches": s.variants["ptx"].stats.load_launches,
-                     "bytes": s.variants["ptx"].stats.load_bytes} for s in shapes],
+        "at_load": [{"batch": s.batch, "launches": _lowest(manifest, s).stats.load_launches,
+                     "bytes": _lowest(manifest, s).stats.load_bytes} for s in shapes],
         # per input shape: the bytes a call's buffers hold at their peak (a captured graph's pool)
-        "call_memory": [{"batch": s.batch, "bytes": s.variants["ptx"].stats.peak_bytes} for s in shapes],
+        "call_memory": [{"batch": s.batch, "bytes": _lowest(manifest, s).stats.peak_bytes} for s in shapes],
         # dynamic axes: the size classes with a program of their own, its launches per forward
         "size_classes": [{"max_tokens": s.max_tokens,
-                          "launches_per_forward": s.variants["ptx"].stats.launches_per_forward}
+                          "launches_per_forward": _lowest(manifest, s).stats.launches_per_forward}
                          for s in manifest.specializations if s.max_tokens is not None and s not in shapes],
     }
+
+
+def _lowest(manifest, shape):
+    """The variant of the lowest arch (its PTX's, where the package has PTX): what the counts show."""
+    cubins = [f"sm_{a}" for a in sorted(manifest.archs) if f"sm_{a}" in shape.variants]
+    return shape.variants[cubins[0]] if cubins else shape.variants["ptx"]
 
 
 def _bytes_by_dtype(tensors) -> dict[str, int]:

@@ -14,7 +14,8 @@ def format_text(info: dict, arch: str | None = None) -> str:
         f"{info['name']} {info['version']}  ({info['source']['kind']} {info['source']['path']})",
         f"built by aotcombo {v.get('aotcombo', '?')} with torch {v.get('torch', '?')}, triton {v.get('triton', '?')}",
         f"archs: cubins for {', '.join(info['archs']) or 'none'}"
-        + (f"; PTX for {info['ptx_arch']} and newer" if info["ptx_arch"] else ""),
+        + (f"; PTX for {info['ptx_arch']} and newer" if info["ptx_arch"] else
+           "; no PTX (sm_90 and later: Triton's PTX is for that arch alone, as its cubin)"),
         _inputs_line(info["inputs"]),
         *_shapes_line(info["shapes"]),
         f"weights: {w['tensors'] if w['tensors'] is not None else '?'} tensors, {_mb(w['bytes'])}"
