@@ -18,6 +18,10 @@ import torch
 from .manifest import Manifest
 from .parallel import part_slice, rank_slice, whole_shape
 
+# A combined weight's part that is zeros, ``zeros:<rows>`` (the bias a linear of the group lacks:
+# builder/kernels/linear/combine.py): made at load, never given.
+ZEROS = "zeros:"
+
 
 class State:
     """The buffers a loaded model's forward updates, by the model's names."""
@@ -51,7 +55,7 @@ def weights_for_load(manifest: Manifest, packaged: dict[str, torch.Tensor], devi
         raise TypeError(f"load(): weights must be a mapping of names to tensors (a state_dict), "
                         f"got {type(given).__name__}")
     missing = [name for t in manifest.weights.tensors if t.external for name in (t.parts or (t.name,))
-               if name not in given]
+               if name not in given and not name.startswith(ZEROS)]
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise ValueError(f"package {manifest.name} was built with --weights external: load(weights=...) must give "
@@ -108,7 +112,9 @@ def _combined(t, given: Mapping[str, torch.Tensor], packaged: dict, device: torc
     the caller's where given (this rank's slice of each, tensor parallel), else the packaged rows."""
     pieces, start = [], 0
     for name, rows in zip(t.parts, t.part_rows, strict=True):
-        if name in given:
+        if name.startswith(ZEROS):
+            pieces.append(torch.zeros(rows, *t.shape[1:], dtype=getattr(torch, t.dtype), device=device))
+        elif name in given:
             value = _checked(f"weights[{name!r}]", given[name], t.dtype, whole_shape(t, world, rows))
             pieces.append((value if rank is None else part_slice(t, value, rows, rank, world)).to(device))
         else:

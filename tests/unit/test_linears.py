@@ -82,6 +82,41 @@ def test_external_weights_name_the_parts(tmp_path):
     assert relative_error(interpret.run_variant(result, 0, [x]), ref) <= 1e-5
 
 
+class KeyWithoutBias(nn.Module):
+    """Whisper's attention inputs: q and v with a bias, k without."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d, bias=False), nn.Linear(d, d)
+
+    def forward(self, x):
+        q, k, v = self.q(x) * 0.5, self.k(x), self.v(x)
+        return torch.softmax(q @ k.transpose(-1, -2), -1) @ v
+
+
+@pytest.mark.parametrize("policy", ["packaged", "external"])
+def test_a_linear_without_a_bias_combines_with_zeros_for_it(tmp_path, policy):
+    torch.manual_seed(0)
+    model = KeyWithoutBias().eval()
+    result = build_package(model, (torch.randn(2, 8, 32),), arch=["sm_90"], out=tmp_path, cache=False,
+                           weights=policy)
+    tensors = {t.name: t for t in result.manifest.weights.tensors}
+    assert set(tensors) == {"q.weight|k.weight|v.weight", "q.bias|zeros:32|v.bias"}
+    bias = tensors["q.bias|zeros:32|v.bias"]
+    assert bias.parts == ("q.bias", "zeros:32", "v.bias") and bias.external == (policy == "external")
+    given = {name: torch.randn(t.shape) for name, t in model.state_dict().items()}  # other weights than the build's
+    packaged = {} if policy == "external" else dict(zip(tensors, result.weights))
+    weights, _ = weights_for_load(result.manifest, packaged, torch.device("cpu"), given)
+    assert torch.equal(weights[list(tensors).index(bias.name)], torch.cat([given["q.bias"], torch.zeros(32),
+                                                                           given["v.bias"]]))
+    model.load_state_dict(given)
+    x = torch.randn(2, 8, 32)
+    with torch.no_grad():
+        ref = model(x)
+    result.weights[:] = weights  # the interpreter runs with what load() would give the program
+    assert relative_error(interpret.run_variant(result, 0, [x]), ref) <= 1e-5
+
+
 class Residual(nn.Module):
     def __init__(self, d=32):
         super().__init__()

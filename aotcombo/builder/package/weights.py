@@ -50,8 +50,9 @@ def split(model: torch.nn.Module, named: dict, policy: str) -> tuple[set[str], l
     """``(external names, packaged tensors in program order, rows of each part of a combined
     weight)`` for the weights ``named`` under ``policy`` ("packaged" or "external")."""
     state_dict = model.state_dict(keep_vars=True)
-    external = {name for name in named if all(p in state_dict for p in linears.parts(name) or [name])} \
-        if policy == "external" else set()
+    given = {name for name in named if all(p in state_dict or linears.zero_rows(p) is not None
+                                           for p in linears.parts(name) or [name])}  # zeros: made at load
+    external = given if policy == "external" else set()
     packaged = [t for name, t in named.items() if name not in external]
     valueless = [name for name, t in named.items() if name not in external and t.device.type == "meta"]
     if valueless:
@@ -59,5 +60,5 @@ def split(model: torch.nn.Module, named: dict, policy: str) -> tuple[set[str], l
             f"the package would hold {_listed(valueless)}, on the meta device: a tensor without values",
             fix="make it a real tensor (on the CPU), or a parameter or persistent buffer of the model with "
                 "--weights external")
-    rows = {p: state_dict[p].shape[0] for name in named for p in linears.parts(name) or ()}
+    rows = {p: linears.zero_rows(p) or state_dict[p].shape[0] for name in named for p in linears.parts(name) or ()}
     return external, packaged, rows

@@ -46,7 +46,7 @@ class Sharding:
         its parts', which must agree)."""
         dims = {}
         for name in named:
-            found = {self.dims.get(p) for p in linears.parts(name) or [name]}
+            found = {self.dims.get(p) for p in linears.parts(name) or [name] if linears.zero_rows(p) is None}
             if len(found) > 1:
                 raise UsageError(f"tensor parallel: the linears {', '.join(linears.parts(name))} read one input and "
                                  "are combined into one, but the plan splits them differently",
@@ -63,7 +63,9 @@ class Sharding:
             return self.whole.get(name, local)
         if not any(p in self.whole for p in parts):
             return local
-        return torch.cat([self.whole[p] for p in parts])
+        rows = {p: linears.zero_rows(p) for p in parts}
+        return torch.cat([self.whole[p] if rows[p] is None else local.new_zeros(rows[p] * self.world, *local.shape[1:])
+                          for p in parts])
 
 
 def shard_model(model: nn.Module, plan: dict | None, world: int) -> Sharding:

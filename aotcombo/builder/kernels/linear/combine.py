@@ -9,10 +9,13 @@ program named by its parts joined with ``|`` (``q.weight|k.weight|v.weight``), m
 model's tensors when the build reads them, and at load from the parts the caller gives
 (``load(weights=state_dict)``; ``--weights external``), so it always follows its parts.
 
-Only parameters used by that one linear are combined, of one dtype and input width, all with
-a bias or none. Weights the model dequantizes (``quant``) combine the same way over their
-bytes, scales and zero points (buffers too), those of one layout; float8 ``_scaled_mm`` calls of
-one quantized x with a scale per output channel, over their bytes, scales and biases
+Only parameters used by that one linear are combined, of one dtype and input width. Where some
+have a bias and others none (Whisper's k projection), the combined bias holds zeros for those:
+a part named ``zeros:<rows>`` (``runtime.state.ZEROS``), made at load beside the parts the
+caller gives. Weights the
+model dequantizes (``quant``) combine the same way over their bytes, scales and zero points
+(buffers too), those of one layout, all with a bias or none; float8 ``_scaled_mm`` calls of one
+quantized x with a scale per output channel, over their bytes, scales and biases
 (``combine_float8``).
 
 A residual added to the output of a linear without bias, ``linear(x, W) + r``, becomes
@@ -26,9 +29,11 @@ its output, a copy more on the GPU.
 from __future__ import annotations
 
 import operator
+import re
 
 import torch
 
+from ....runtime.state import ZEROS
 from ..common import recompiled
 from .quant import is_dequantize, parts as dequantize_parts
 
@@ -40,9 +45,16 @@ def parts(name: str) -> list[str] | None:
     return name.split(SEPARATOR) if SEPARATOR in name else None
 
 
+def zero_rows(part: str) -> int | None:
+    """The rows of a part of zeros (a bias a linear lacks), None for a tensor of the model."""
+    return int(part.removeprefix(ZEROS)) if part.startswith(ZEROS) else None
+
+
 def combined(model: torch.nn.Module, name: str) -> torch.Tensor:
-    """The combined weight ``name`` made from ``model``'s tensors."""
-    return torch.cat([operator.attrgetter(p)(model).detach() for p in parts(name)])
+    """The combined weight ``name`` made from ``model``'s tensors (and zeros for its ``ZEROS`` parts)."""
+    found = {p: operator.attrgetter(p)(model).detach() for p in parts(name) if zero_rows(p) is None}
+    like = next(iter(found.values()))
+    return torch.cat([found[p] if p in found else like.new_zeros(zero_rows(p), *like.shape[1:]) for p in parts(name)])
 
 
 def combine(ep, model: torch.nn.Module) -> int:
@@ -67,24 +79,29 @@ def combine(ep, model: torch.nn.Module) -> int:
             if len(weight.users) == 1 and all(t.name in params.keys() | buffers.keys() and len(t.users) == 1
                                               for t in (q, *operands)):
                 groups.setdefault((x, weight.args[2], q.meta["val"].dtype, q.meta["val"].shape[1], len(operands),
-                                   bias is None), []).append(node)
+                                   "with a bias" if bias is not None else "without"), []).append(node)
             continue
         if weight.name not in params or len(weight.users) != 1:
             continue
         w = weight.meta["val"]
-        groups.setdefault((x, w.dtype, w.shape[1], bias is None), []).append(node)
+        groups.setdefault((x, w.dtype, w.shape[1]), []).append(node)
     folded = 0
-    for (x, *_, no_bias), nodes in groups.items():
+    for (x, *_), nodes in groups.items():
         if len(nodes) < 2:
             continue
         weights = [n.args[1] for n in nodes]
-        biases = [] if no_bias else [n.args[2] for n in nodes]
+        given = [(*n.args, None)[2] for n in nodes]  # a bias or None each (mixed: unquantized weights only)
+        biases = [b for b in given if b is not None]
         tensors, parts_of_dequantized = {**params, **buffers}, []
         if is_dequantize(weights[0]):
             weight, parts_of_dequantized = _combined_dequantize(ep, model, weights, tensors)
         else:
             weight = combined_input(ep, model, weights, params)
-        new_inputs = [weight] + ([combined_input(ep, model, biases, params)] if biases else [])
+        bias = None
+        if biases:  # a part of zeros for each linear without one
+            bias = combined_input(ep, model, biases, params, [
+                b if b is not None else f"{ZEROS}{w.meta['val'].shape[0]}" for b, w in zip(given, weights)])
+        new_inputs = [weight] + ([bias] if bias is not None else [])
         with graph.inserting_before(nodes[0]):
             fused = graph.call_function(aten.linear.default, (x, *new_inputs))
             start = 0
@@ -123,15 +140,16 @@ def _combined_dequantize(ep, model, nodes: list, tensors: dict):
     return made, [old for column in columns for old in column]
 
 
-def combined_input(ep, model, nodes: list, params: dict):
+def combined_input(ep, model, nodes: list, params: dict, order: list | None = None):
     """A new constant input of ``ep``, placed before the first of the parameter placeholders
-    ``nodes``, holding their concatenation: its placeholder node."""
+    ``nodes``, holding their concatenation: its placeholder node. ``order``: the parts in
+    order, each one of ``nodes`` or a ``ZEROS`` part's name (default: ``nodes``)."""
     from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 
-    name = SEPARATOR.join(params[n.name].target for n in nodes)
+    name = SEPARATOR.join(p if isinstance(p, str) else params[p.name].target for p in order or nodes)
     real = combined(model, name)
     with ep.graph.inserting_before(nodes[0]):
-        placeholder = ep.graph.placeholder("c_combined_" + name.replace(".", "_").replace(SEPARATOR, "_"))
+        placeholder = ep.graph.placeholder("c_combined_" + re.sub(r"\W", "_", name))
     placeholder.meta["val"] = nodes[0].meta["val"].new_empty(real.shape)  # a fake tensor of the same mode and device
     specs = ep.graph_signature.input_specs
     specs.insert(specs.index(params[nodes[0].name]),
