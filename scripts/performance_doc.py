@@ -29,12 +29,12 @@ SOURCES = {
     "zoo": ["zoo/zoo_bench.jsonl"],
     "full_size": ["full_size/zoo_bench.jsonl", "full_size/zoo_bench_gpt2_padded.jsonl",
                   "full_size/zoo_bench_llama_1b_decode.jsonl", "full_size/zoo_bench_llama_1b_decode_glu.jsonl",
-                  "full_size/zoo_bench_masks.jsonl"],
+                  "full_size/zoo_bench_masks.jsonl", "full_size/zoo_bench_vit_patches.jsonl"],
     # the same, for the full-size models added later (one run per file)
     # zoo_bench.py --max-autotune: reduce-overhead and max-autotune beside ours, one run
-    "max_autotune": ["full_size/zoo_bench_max_autotune.jsonl"],
+    "max_autotune": ["full_size/zoo_bench_max_autotune.jsonl", "full_size/zoo_bench_max_autotune_vit.jsonl"],
     "full_size_more": ["full_size/zoo_bench_whisper.jsonl", "full_size/zoo_bench_sd_unet.jsonl",
-                       "full_size/zoo_bench_whisper_copies.jsonl"],
+                       "full_size/zoo_bench_whisper_copies.jsonl", "full_size/zoo_bench_whisper_qkv.jsonl"],
     # benchmarks/llm_bench.py: a decode step of sample_models/llm_decode.py
     "llm": ["call_path/c_guard_final/llm_bench.json"],
     # benchmarks/first_output.py: time to first output in a fresh process
@@ -279,7 +279,9 @@ def full_size(results: Path, full_rows: dict) -> tuple[list[str], list[float]]:
                          "(128 tokens, bf16) and decode step over a static cache, ViT-B/16 and ResNet-50 (8 "
                          "images at 224², fp16); milliseconds per call. The rows of BERT-base, GPT-2 and the "
                          "1B prefill are their rerun after attention masks became additive once per forward "
-                         "(reduce-overhead varies from run to run: GPT-2's took 1.436 ms in the run before). "
+                         "(reduce-overhead varies from run to run: GPT-2's took 1.436 ms in the run before); "
+                         "ViT-B/16's after its patch embedding became a matmul and its attention ours (1.144 ms "
+                         "before). "
                          "Where a model's output is large, the "
                          "default call's copy shows: GPT-2's 103 MB of logits make it "
                          f"{ratio(gpt2.get('ours_default_ms'), gpt2.get('ours_static_ms'))} the serving path "
@@ -318,7 +320,8 @@ def document(results: Path, page: Page) -> str:
         "fp16) and Stable Diffusion 1.5's UNet (2 latents of 64 × 64, 77 text states each, fp16); milliseconds "
         "per call, one run per model. Whisper's row is its rerun after its attention stopped copying q, k, v and "
         "its output (`trace/attention_inputs.py`: 140 launches, 90 kernels, before; 128 and 54 after; ours "
-        "2.229 ms in the run before, reduce-overhead 2.759 there: runs vary, eager 8.797 then)."))
+        "2.229 ms in the run before, reduce-overhead 2.759 there: runs vary, eager 8.797 then), then after its "
+        "q, k and v became one matmul (116 launches; ours 2.158 ms before)."))
     full += more
     span_line = (f"{SPAN}, the default call is {span(s1 + s2 + s3)} as fast as reduce-overhead."
                  if s1 and s2 and s3 else page.line(SPAN))
@@ -354,8 +357,9 @@ def document(results: Path, page: Page) -> str:
         ("Against max-autotune", lambda: section_calls(results, "max_autotune", "Against max-autotune", (
             "Full-size BERT-base (8 × 128, fp16) and ViT-B/16 (8 images, fp16) with `torch.compile(mode="
             "\"max-autotune\")` (Inductor's autotuned GEMM templates and CUDA graphs; its compile 1-2 minutes "
-            "a model) beside reduce-overhead and ours, one run (`benchmarks/zoo_bench.py --max-autotune`). "
-            "*MA / default*: max-autotune's time over our default call's."))[0]),
+            "a model) beside reduce-overhead and ours, one run a model (`benchmarks/zoo_bench.py --max-autotune`); "
+            "ViT-B/16's is its rerun after its patch embedding became a matmul and its attention ours (ours 1.116 "
+            "ms before). *MA / default*: max-autotune's time over our default call's."))[0]),
         ("Dynamic axes", lambda: section_axes(results)),
         ("Memory per call", lambda: section_memory(results)),
         ("Llama 3 8B decode", lambda: section_llama_8b(results, SOURCES["llama_8b"], SOURCES["read_bandwidth"][0])),
