@@ -106,8 +106,12 @@ def lowering(op: g.Extern, specs: dict, out: g.TensorSpec) -> str | None:
             return None
         if mask_spec.dtype not in ("bool", q.dtype, "float32"):
             return None
-    prefill = q.dtype in PREFILL_DTYPES and d == PREFILL_HEAD_DIM and mask_spec is None
-    return _mode(m, s, group, bool(kwargs.get("is_causal")), prefill)
+    return _mode(m, s, group, bool(kwargs.get("is_causal")), _prefill_kind(q.dtype, d, mask_spec is not None))
+
+
+def _prefill_kind(dtype: str, head_dim: int, masked: bool) -> bool:
+    """Whether a call of these may be a prefill of ours (its sizes aside)."""
+    return dtype in PREFILL_DTYPES and head_dim == PREFILL_HEAD_DIM and not masked
 
 
 def _mode(rows: int, keys: int, group: int, causal: bool, prefill: bool = False) -> str | None:
@@ -130,9 +134,8 @@ def takes(dtype: torch.dtype, query_shape: tuple, keys: int, group: int, causal:
     (the trace asks before it rewrites a call: ``grouped_heads.py``, ``attention_masks.py``)."""
     name, mask_name = (str(t).removeprefix("torch.") if t is not None else None for t in (dtype, mask_dtype))
     return (name in TRITON_DTYPE and query_shape[3] in HEAD_DIMS and mask_name in (None, "bool", name, "float32")
-            and _mode(query_shape[2], keys, group, causal,
-                      name in PREFILL_DTYPES and query_shape[3] == PREFILL_HEAD_DIM and mask_name is None) is not None)
-
+            and _mode(query_shape[2], keys, group, causal, _prefill_kind(name, query_shape[3], mask_name is not None))
+            is not None)
 
 
 def split_of(batch_heads: int, keys: int) -> tuple[int, int]:

@@ -12,11 +12,10 @@ model's tensors when the build reads them, and at load from the parts the caller
 Only parameters used by that one linear are combined, of one dtype and input width. Where some
 have a bias and others none (Whisper's k projection), the combined bias holds zeros for those:
 a part named ``zeros:<rows>`` (``runtime.state.ZEROS``), made at load beside the parts the
-caller gives. Weights the
-model dequantizes (``quant``) combine the same way over their bytes, scales and zero points
-(buffers too), those of one layout, all with a bias or none; float8 ``_scaled_mm`` calls of one
-quantized x with a scale per output channel, over their bytes, scales and biases
-(``combine_float8``).
+caller gives. Weights the model dequantizes (``quant``) combine the same way over their bytes,
+scales and zero points (buffers too), those of one layout, all with a bias or none; float8
+``_scaled_mm`` calls of one quantized x with a scale per output channel, over their bytes,
+scales and biases (``combine_float8``).
 
 A residual added to the output of a linear without bias, ``linear(x, W) + r``, becomes
 ``addmm(r, x, W.T)`` (``fold_residuals``): cuBLAS adds it as the matmul's C input, and the
