@@ -246,7 +246,9 @@ def section_axes(results: Path) -> list[str]:
              "`torch.compile(mode=\"reduce-overhead\", dynamic=True)`; default calls, milliseconds, one run "
              "(`benchmarks/axes_bench.py`). At 1 × 7 both run our fused linears and small attention: the dynamic "
              "package's program for calls of at most 8 tokens reads their sizes at run time (`SizeClasses`); other "
-             "sizes run cuBLAS and SDPA. Masks are made additive once per forward (`trace/attention_masks.py`)."), "",
+             "sizes run cuBLAS and our prefill attention, which reads the padding mask a key at a time and skips the "
+             "padded key blocks (`trace/mask_rows.py`, `kernels/attention/prefill.py`; before it, with cuDNN's "
+             "attention, 32 × 512 took 8.104 ms exact and 8.177 dynamic, 8 × 383 1.690 and 1.717)."), "",
             *lines, "", sources_line(results, SOURCES["axes"]), ""]
 
 

@@ -81,9 +81,10 @@ def sub_programs(sub: SubKernel, names: dict[str, str] | None = None) -> str:
     return _product(_axis_counts(sub, _numel_value(sub, names)))
 
 
-def grid_expr(combo: Combo) -> str:
-    """The combo kernel's grid as a Python expression of the program's values."""
-    programs = [sub_programs(s) for s in combo.subs]
+def grid_expr(combo: Combo, names: dict[str, str] | None = None) -> str:
+    """The combo kernel's grid as a Python expression of the program's values (or, with
+    ``names``, of the combo kernel's parameters: the same for every layer's copy)."""
+    programs = [sub_programs(s, names) for s in combo.subs]
     if combo.dispatch == "round_robin":
         widest = programs[0] if len(programs) == 1 else f"max({', '.join(programs)})"
         return widest if len(programs) == 1 else f"{len(programs)} * {widest}"
@@ -165,7 +166,7 @@ def render_combo(combo: Combo, pdl: bool = False) -> str:
     return render(
         "combo_kernel.py.j2",
         combo=combo,
-        grid="per call: " + grid_expr(combo) if combo.dynamic else f"({combo.grid}, 1, 1)",
+        grid="per call: " + grid_expr(combo, parameter_names(combo)) if combo.dynamic else f"({combo.grid}, 1, 1)",
         helpers=helpers,
         params=list(parameter_names(combo).values()),
         setup=setup,

@@ -54,7 +54,8 @@ def choose(kernel: Kernel) -> Blocks:
     """Block sizes for ``kernel`` by fixed rules."""
     if kernel.family is not None:  # a kernel of ours (kernels/): its tiles, grid and warps are fixed
         return Blocks(constexprs=kernel.tiles, axes=kernel.grid, num_warps=kernel.num_warps,
-                      num_stages=kernel.num_stages)
+                      num_stages=kernel.num_stages,  # a grid of "xnumel" programs, given per call
+                      dynamic_axes=((0, "x", 1),) if "x" in kernel.dynamic_numels else ())
     numel = kernel.numel
     params = set(kernel.block_params)
     fixed = fixed_blocks(kernel.source)

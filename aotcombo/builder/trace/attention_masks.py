@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from ..kernels.attention import prefill
 from ..kernels.attention.lowering import takes
 
 aten = torch.ops.aten
@@ -29,11 +30,7 @@ def make_masks_additive(ep) -> int:
     """Give each fused attention call of ``ep`` that stays torch's and has a boolean mask the
     additive one, made once per mask; returns how many calls."""
     graph, made, rewritten = ep.graph, {}, 0
-    for node in list(graph.nodes):
-        if node.op != "call_function" or node.target not in _FUSED:
-            continue
-        names = [a.name for a in node.target._schema.arguments]
-        bound = {**dict(zip(names, node.args)), **node.kwargs}
+    for node, bound in fused_calls(graph):
         mask, query, key = bound.get("attn_bias"), bound["query"].meta["val"], bound["key"].meta["val"]
         if not isinstance(mask, torch.fx.Node) or mask.meta["val"].dtype != torch.bool or ours(bound, query, key):
             continue
@@ -49,12 +46,7 @@ def make_masks_additive(ep) -> int:
                 for view in reversed(views):  # the same views of the additive mask
                     additive = _call(graph, view.target, (additive, *view.args[1:]), dict(view.kwargs))
             made[alike] = additive
-        additive = made[alike]
-        index = names.index("attn_bias")
-        if "attn_bias" in node.kwargs:
-            node.kwargs = {**node.kwargs, "attn_bias": additive}
-        else:
-            node.args = (*node.args[:index], additive, *node.args[index + 1:])
+        set_mask(node, made[alike])
         rewritten += 1
         for view in views:  # the boolean mask's views no call reads any more
             if not view.users:
@@ -65,12 +57,42 @@ def make_masks_additive(ep) -> int:
     return rewritten
 
 
+def fused_calls(graph):
+    """(node, its arguments by name) of each of ``graph``'s fused attention calls."""
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target in _FUSED:
+            names = [a.name for a in node.target._schema.arguments]
+            yield node, {**dict(zip(names, node.args)), **node.kwargs}
+
+
+def set_mask(node, mask) -> None:
+    """Give the fused attention call ``node`` the mask ``mask``."""
+    if "attn_bias" in node.kwargs:
+        node.kwargs = {**node.kwargs, "attn_bias": mask}
+    else:
+        index = [a.name for a in node.target._schema.arguments].index("attn_bias")
+        node.args = (*node.args[:index], mask, *node.args[index + 1:])
+
+
 def ours(bound: dict, query, key) -> bool:
-    """Whether the package's own attention kernels take this call (static sizes only)."""
+    """Whether the package's own attention kernels take this call: a prefill under a key mask
+    (``mask_rows.py`` made it one), or one of static sizes."""
+    mask = bound.get("attn_bias")
+    mask = mask.meta["val"] if isinstance(mask, torch.fx.Node) else None
+    key_mask = mask is not None and mask.dim() == 4 and all(
+        _literal(mask.shape[d], 1) or _literal(mask.stride(d), 0) for d in (1, 2))
+    if prefill.takes(str(query.dtype).removeprefix("torch."), query.shape[3], 1 if key.shape[1] == query.shape[1]
+                     else 0, bool(bound.get("is_causal")), "bool", key_mask):
+        return True
     if not all(isinstance(n, int) for n in (*query.shape, *key.shape)):
         return False
     group = query.shape[1] // key.shape[1] if key.shape[1] else 1
     return takes(query.dtype, tuple(query.shape), key.shape[2], group, bool(bound.get("is_causal")), torch.bool)
+
+
+def _literal(size, value: int) -> bool:
+    """Whether ``size`` is ``value`` at any size of the dynamic axes (a symbolic size is not compared)."""
+    return isinstance(size, int) and size == value
 
 
 def _additive(graph, mask, dtype: torch.dtype):

@@ -60,38 +60,14 @@ def small(op: g.Extern, specs: dict, out_name: str, found: dict, max_tokens: int
     q, k, v, out = specs[q_ref.name], specs[k_ref.name], specs[v_ref.name], specs[out_name]
     mask, mask_spec, group = kwargs.get("attn_mask"), found["mask"], found["group"]
     (b, h, m, d), (kv, keys) = q.shape, k.shape[1:3]
-    ops, params, values = [], [], []
-
-    def runtime(value, name: str):
-        """``value`` as the kernel sees it: an int, or a parameter given the ``Scalar``'s value."""
-        if isinstance(value, int):
-            return value
-        if name not in params:
-            params.append(name)
-            values.append(value)
-        return name
-
-    batch, rows_q, n_keys = runtime(b, "batch"), runtime(m, "query_rows"), runtime(keys, "keys")
-    strides = {}
-    for label, spec in (("q", q), ("k", k), ("v", v)):
-        strides[label] = tuple(runtime(s, f"{label}_stride{i}") for i, s in enumerate(spec.stride))
+    sizes = RuntimeSizes()
+    batch, rows_q, n_keys = sizes.param(b, "batch"), sizes.param(m, "query_rows"), sizes.param(keys, "keys")
+    strides = {label: sizes.strides(spec.stride, label) for label, spec in (("q", q), ("k", k), ("v", v))}
     if mask_spec is not None:
-        broadcast = _broadcast_strides(mask_spec, (b, h, m, keys))
-        strides["mask"] = tuple(runtime(s, f"mask_stride{i}") for i, s in enumerate(broadcast))
-    # The output: (batch, queries, heads, dim) viewed as (batch, heads, queries, dim) ("bmhk", as
-    # torch's fused kernels write it) or contiguous, as the trace gave it; its sizes the call's.
-    bmhk = (out.stride[1], out.stride[2]) == (d, h * d)
-    first = g.Scalar(f"{out_name}_stride0", "mul", (m, h * d)) if not isinstance(m, int) else None
-    ops += [first] if first else []
-    stride0 = g.Ref(first.out) if first else m * h * d
-    if bmhk:
-        out_stride = (stride0, d, h * d, 1)
-    else:
-        second = g.Scalar(f"{out_name}_stride1", "mul", (m, d)) if not isinstance(m, int) else None
-        ops += [second] if second else []
-        out_stride = (stride0, g.Ref(second.out) if second else m * d, d, 1)
-    out_spec = g.replace(out, shape=(b, h, m, d), stride=out_stride, storage_offset=0)
-    strides["out"] = tuple(runtime(s, f"out_stride{i}") for i, s in enumerate(out_stride))
+        strides["mask"] = sizes.strides(_broadcast_strides(mask_spec, (b, h, m, keys)), "mask")
+    ops, out_spec = output_spec(out, out_name, q.shape)
+    strides["out"] = sizes.strides(out_spec.stride, "out")
+    params, values = sizes.params, sizes.values
 
     bound_rows = group * (m if isinstance(m, int) else max_tokens)
     bound_keys = keys if isinstance(keys, int) else max_tokens
@@ -118,3 +94,43 @@ def small(op: g.Extern, specs: dict, out_name: str, found: dict, max_tokens: int
                            ("BLOCK_D", d)), grid, (("m", bound_rows), ("n", bound_keys), ("d", d)),
                            writes=("out_ptr",), scalars=params)
     return ops + [g.Alloc(out_name, out_spec), g.Launch(kernel.name, args + tuple(values))], [kernel]
+
+
+class RuntimeSizes:
+    """The parameters a kernel takes for the sizes and strides given at run time (the
+    program's ``Scalar``s), in order; an int stays a literal of the source."""
+
+    def __init__(self):
+        self.params: list[str] = []
+        self.values: list = []
+
+    def param(self, value, name: str):
+        """``value`` as the kernel sees it: an int, or a parameter given the ``Scalar``'s value."""
+        if isinstance(value, int):
+            return value
+        if name not in self.params:
+            self.params.append(name)
+            self.values.append(value)
+        return name
+
+    def strides(self, strides: tuple, label: str) -> tuple:
+        return tuple(self.param(s, f"{label}_stride{i}") for i, s in enumerate(strides))
+
+
+def output_spec(out: g.TensorSpec, out_name: str, shape: tuple) -> tuple[list, g.TensorSpec]:
+    """The attention output's spec with its sizes the call's, ``shape`` (the query's, as the
+    program computes them), and the ``Scalar``s its strides need: (batch, queries, heads, dim)
+    viewed as (batch, heads, queries, dim) ("bmhk", as torch's fused kernels write it) or
+    contiguous, as the trace gave it."""
+    b, h, m, d = shape
+    ops = []
+    first = g.Scalar(f"{out_name}_stride0", "mul", (m, h * d)) if not isinstance(m, int) else None
+    ops += [first] if first else []
+    stride0 = g.Ref(first.out) if first else m * h * d
+    if (out.stride[1], out.stride[2]) == (d, h * d):
+        stride = (stride0, d, h * d, 1)
+    else:
+        second = g.Scalar(f"{out_name}_stride1", "mul", (m, d)) if not isinstance(m, int) else None
+        ops += [second] if second else []
+        stride = (stride0, g.Ref(second.out) if second else m * d, d, 1)
+    return ops, g.replace(out, shape=(b, h, m, d), stride=stride, storage_offset=0)

@@ -16,8 +16,9 @@ sequence's block) is one kernel of ours: one program per (batch, head, 16 query 
 all its keys, writing the output itself (torch's memory-efficient kernel took 8 us for a
 float32 [2, 8, 64, 32] block). An unmasked prefill of at most ``PREFILL_KEYS`` keys (ViT's) is
 that kernel with ``PREFILL_ROWS`` query rows a program. Sizes and strides are fixed at build
-time; the split is chosen so one call has about ``TARGET_PROGRAMS`` programs. Calls that fit
-none (a long, masked or causal prefill, a dynamic batch, odd head sizes) stay torch's.
+time; the split is chosen so one call has about ``TARGET_PROGRAMS`` programs. A prefill under
+a key mask (an encoder's padding), with sizes fixed or dynamic, is ``prefill.py``'s. Calls that
+fit none (a long unmasked or causal prefill, other masks, odd head sizes) stay torch's.
 Grouped-query attention (``enable_gqa``, made by ``trace/grouped_heads.py`` from transformers'
 ``repeat_kv``): a program takes one key/value head and the rows of all its query heads, so each
 key/value head is read once for its group and never copied per query head.
@@ -239,12 +240,15 @@ def _kernel(prefix: str, source: str, params: list, tiles: tuple, grid: tuple, n
 
 def lower(graph: g.Graph, max_tokens: int | None = None) -> g.Graph:
     """``graph`` with every attention call that has a ``lowering`` replaced by its kernels (in a
-    size class of at most ``max_tokens`` tokens, with dynamic sizes: ``dynamic.small``)."""
-    from . import dynamic
+    size class of at most ``max_tokens`` tokens, with dynamic sizes: ``dynamic.small``; a prefill
+    under a key mask: ``prefill.lowered``)."""
+    from ...sizes import at_most
+    from . import dynamic, prefill
 
     specs = graph.spec
     # sizes as the program computes them (its Scalars), where graph.spec has their text
     traced = specs | {op.out: op.spec for op in graph.ops if isinstance(op, (g.View, g.Alloc))}
+    scalars = {op.out: op for op in graph.ops if isinstance(op, g.Scalar)}
     getitems: dict[str, list] = {}
     for op in graph.ops:
         if isinstance(op, g.GetItem):
@@ -256,6 +260,8 @@ def lower(graph: g.Graph, max_tokens: int | None = None) -> g.Graph:
             if len(items) == 1 and items[0].index == 0:
                 mode = lowering(op, specs, specs[items[0].out])
                 found = mode is None and dynamic.lowering(op, traced, specs[items[0].out], max_tokens)
+                if mode is None and not found and prefill.lowering(op, traced, specs[items[0].out]):
+                    mode = "masked_prefill"
                 if mode is not None or found:
                     lowered[op.out] = (items[0].out, mode or found)
     if not lowered:
@@ -281,6 +287,8 @@ def lower(graph: g.Graph, max_tokens: int | None = None) -> g.Graph:
         out_name, mode = lowered[op.out]
         if isinstance(mode, dict):  # a size class's small attention, its sizes given at run time
             (replacement, made), scratch = dynamic.small(op, traced, out_name, mode, max_tokens), {}
+        elif mode == "masked_prefill":
+            (replacement, made), scratch = prefill.lowered(op, traced, out_name, at_most(graph), scalars), {}
         else:
             replacement, made, scratch = lowered_ops(op, specs | new_specs, out_name, mode,
                                                      counter=(COUNTERS, counted.get(op.out, 0)))
