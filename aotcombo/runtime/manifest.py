@@ -349,7 +349,9 @@ class Manifest:
         return self.specializations[-1].inputs
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True) + "\n"
+        """Compact (``aotcombo inspect`` is for reading it): a dynamic BERT-base's compresses to 6.4
+        kB, 7.9 with one space of indent a level."""
+        return json.dumps(dataclasses.asdict(self), separators=(",", ":"), sort_keys=True) + "\n"
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Manifest:

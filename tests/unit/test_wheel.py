@@ -194,7 +194,7 @@ def test_names_from_forward_and_a_tampered_manifest(built, tmp_path):
     probe = [sys.executable, "-c", "import smallpkg; print(smallpkg.manifest.inputs[0].name)"]
     assert subprocess.run(probe, capture_output=True, text=True, cwd=tmp_path, check=True).stdout == "x\n"
     path = tmp_path / "smallpkg" / "manifest.json"
-    path.write_text(path.read_text().replace('"num_warps": ', '"num_warps": 1', 1))
+    path.write_text(path.read_text().replace('"num_warps":', '"num_warps":1', 1))
     run = subprocess.run(probe, capture_output=True, text=True, cwd=tmp_path)
     assert run.returncode != 0
     assert (f"RuntimeError: {path}: its sha256 is not the one the build recorded (it changed after the build): "
