@@ -169,7 +169,8 @@ class TileConfig(NamedTuple):
 CONFIGS = {  # by the head dim padded to a power of 2 (40 -> 64, 80 -> 128)
     64: (TileConfig(128, 64, 4, 3), TileConfig(128, 128, 8, 3), TileConfig(64, 64, 4, 3),
          TileConfig(128, 64, 4, 3, True), TileConfig(128, 128, 8, 3, True), TileConfig(128, 64, 4, 3, skip=True),
-         TileConfig(64, 64, 4, 3, skip=True), TileConfig(128, 64, 4, 3, True, True)),
+         TileConfig(64, 64, 4, 3, skip=True), TileConfig(128, 64, 4, 3, True, True),
+         TileConfig(128, 32, 4, 3, skip=True)),
     128: (TileConfig(128, 64, 8, 3), TileConfig(128, 128, 8, 2), TileConfig(64, 64, 4, 3),
           TileConfig(128, 64, 8, 3, True), TileConfig(128, 128, 8, 2, True)),
 }

@@ -7,8 +7,9 @@ of every batch, padding too, and the mask as a [batch, 1, queries, keys] tensor.
 (``templates/prefill_attention.py.j2``) reads the mask a key at a time and only the key blocks
 from the first to the last key its batch may see. H100, fp16, BERT-base's shapes with every
 other batch padded by half (``benchmarks/prefill_attention_bench.py``, the same algorithm):
-1.29x cuDNN's attention at 32 x 512, 2.45x at 8 x 383, 1.19x at 16 x 256, 1.12x at 8 x 128;
-without the skip 0.95x at 32 x 512, so unmasked long calls stay torch's.
+1.29x cuDNN's attention at 32 x 512, 2.45x at 8 x 383, 1.19x at 16 x 256, 1.12x at 8 x 128 with
+64-key steps (1.48x at 32 x 512 with 32-key ones); without the skip 0.95x at 32 x 512, so unmasked
+long calls stay torch's.
 
 Sizes fixed at build time, or in a program for dynamic axes (not a size class) given at run
 time with the grid computed per call (``xnumel`` programs): a dynamic BERT-base's calls of 9 to
@@ -26,11 +27,13 @@ from .dynamic import RuntimeSizes, output_spec
 from .lowering import LOG2E, _broadcast_strides, _kernel
 
 DTYPES, HEAD_DIMS = ("float16", "bfloat16"), (64,)
-BLOCK_N, WARPS, STAGES = 64, 4, 3
-# 128 query rows a program where that still gives about eight programs an SM of an H100 (132 SMs),
-# else 64: the benchmark's fastest (32 x 512: 128 us at 128 rows, 146 at 64; 8 x 383: 31 at 128,
-# 27 at 64). A program for dynamic axes takes 128: its largest sizes cost the most.
-WIDE_ROWS, NARROW_ROWS, WIDE_FROM_PROGRAMS = 128, 64, 1024
+BLOCK_N, STAGES = 32, 3  # 4 warps, as every attention kernel of ours
+# Tiles: 128 query rows a program where that still gives about two programs an SM of an H100 (132
+# SMs), else 64, and 32 keys a step. H100, BERT-base's half-padded batches, the benchmark's kernel
+# (benchmarks/prefill_attention_bench.py, us): 32 x 512 65.8 at 128 x 32, 87.8 at 128 x 64, 98.3 at
+# 64 x 64, 116 at 128 x 128 (8 warps), TMA 100.5; 16 x 256 14.8 / 17.4 / 17.9; 8 x 383 20.3 / 20.6 /
+# 19.7. A program for dynamic axes takes 128 rows: its largest sizes cost the most.
+WIDE_ROWS, NARROW_ROWS, WIDE_FROM_PROGRAMS = 128, 64, 256
 
 
 def key_mask_strides(mask: g.TensorSpec, shape: tuple) -> tuple | None:
