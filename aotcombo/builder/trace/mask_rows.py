@@ -130,8 +130,8 @@ def fact_of(node, facts: dict) -> Fact:
     operands = [a for a in args if isinstance(a, (torch.fx.Node, bool, int, float))]
     if any(isinstance(a, torch.fx.Node) and a not in facts for a in operands):
         return _anything(node)
-    if target in _SAME:
-        return facts[args[0]]
+    if target in _SAME:  # a dtype cast keeps where a value varies, not its bounds (5 becomes True)
+        return facts[args[0]] if target is not aten._to_copy.default else Fact(facts[args[0]].varies)
     if target in _ARITHMETIC or target in _COMPARE or target in _AND or target in _OR:
         a, b = (_value(x, facts, rank) for x in args[:2])
         varies = a.varies | b.varies
@@ -142,12 +142,15 @@ def fact_of(node, facts: dict) -> Fact:
         if target in _COMPARE:
             decided = _decided(_COMPARE[target], a, b)
             return Fact(frozenset(), decided, decided) if decided is not None else Fact(varies, 0, 1)
+        # x and False is False, x or True is True, x and True (x or False) is x: for booleans
+        # (a bitwise or of 1 and 2 is 3), and a product of 0 stays NaN where x is inf
         absorbing, neutral = (0, 1) if target in _AND else (1, 0)
+        logical = target in (aten.logical_and.default, aten.logical_or.default)
         for x, y in ((a, b), (b, a)):
-            if x.constant is not None and x.constant == absorbing and target is not aten.mul.Tensor:
+            boolean = y.low is not None and y.high is not None and 0 <= y.low and y.high <= 1
+            if x.constant == absorbing and (logical or boolean) and target is not aten.mul.Tensor:
                 return Fact(frozenset(), absorbing, absorbing)
-            if x.constant is not None and x.constant == neutral and y.low is not None and 0 <= y.low \
-                    and y.high is not None and y.high <= 1:
+            if x.constant == neutral and boolean:
                 return y
         return Fact(varies)
     if target is aten.unsqueeze.default:
