@@ -172,7 +172,7 @@ def test_wheel_is_normalised(builds):
             expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
             assert digest == f"sha256={expected}" and int(size) == len(data)
         manifest = zf.read("mlp/manifest.json").decode()
-        assert manifest == json.dumps(json.loads(manifest), indent=1, sort_keys=True) + "\n"
+        assert manifest == json.dumps(json.loads(manifest), separators=(",", ":"), sort_keys=True) + "\n"
 
 
 def test_manifest_has_what_inspect_needs_and_what_the_runtime_reads(builds):
