@@ -86,8 +86,8 @@ def _digest(*parts: Any) -> str:
 
 BUILDER = Path(__file__).resolve().parents[1]
 # The trace stage's code, relative to the builder: every module of trace/, the rewrites of ours it
-# runs (and the attention lowerings' rules, which grouped_heads and the mask passes ask), the tensor-parallel split of
-# the model it traces, and the graph it writes.
+# runs (and the attention lowerings' rules, which grouped_heads and the mask passes ask), the
+# tensor-parallel split of the model it traces, and the graph it writes.
 TRACE_SOURCES = (*(f"trace/{p.name}" for p in sorted((BUILDER / "trace").glob("*.py"))),
                  "parallel/shard.py", "kernels/linear/combine.py", "kernels/linear/match.py",
                  "kernels/linear/recipe.py", "kernels/linear/quant.py", "kernels/linear/quant_match.py",

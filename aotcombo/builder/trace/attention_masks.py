@@ -44,7 +44,7 @@ def make_masks_additive(ep) -> int:
             with graph.inserting_before(node):
                 additive = _additive(graph, base, query.dtype)
                 for view in reversed(views):  # the same views of the additive mask
-                    additive = _call(graph, view.target, (additive, *view.args[1:]), dict(view.kwargs))
+                    additive = call_node(graph, view.target, (additive, *view.args[1:]), dict(view.kwargs))
             made[alike] = additive
         set_mask(node, made[alike])
         rewritten += 1
@@ -79,10 +79,10 @@ def ours(bound: dict, query, key) -> bool:
     (``mask_rows.py`` made it one), or one of static sizes."""
     mask = bound.get("attn_bias")
     mask = mask.meta["val"] if isinstance(mask, torch.fx.Node) else None
-    key_mask = mask is not None and mask.dim() == 4 and all(
-        _literal(mask.shape[d], 1) or _literal(mask.stride(d), 0) for d in (1, 2))
-    if prefill.takes(str(query.dtype).removeprefix("torch."), query.shape[3], 1 if key.shape[1] == query.shape[1]
-                     else 0, bool(bound.get("is_causal")), "bool", key_mask):
+    if mask is not None and mask.dim() == 4 and all(
+            _literal(mask.shape[d], 1) or _literal(mask.stride(d), 0) for d in (1, 2)) and prefill.takes(
+            str(query.dtype).removeprefix("torch."), query.shape[3], 1 if key.shape[1] == query.shape[1] else 0,
+            bool(bound.get("is_causal")), str(mask.dtype).removeprefix("torch."), key_mask=True):
         return True
     if not all(isinstance(n, int) for n in (*query.shape, *key.shape)):
         return False
@@ -97,12 +97,12 @@ def _literal(size, value: int) -> bool:
 
 def _additive(graph, mask, dtype: torch.dtype):
     """``mask`` (boolean) as 0 where true and -inf where false, in ``dtype``."""
-    zeros = _call(graph, aten.full_like.default, (mask, 0.0), {"dtype": dtype})
-    hidden = _call(graph, aten.logical_not.default, (mask,), {})
-    return _call(graph, aten.masked_fill.Scalar, (zeros, hidden, float("-inf")), {})
+    zeros = call_node(graph, aten.full_like.default, (mask, 0.0), {"dtype": dtype})
+    hidden = call_node(graph, aten.logical_not.default, (mask,), {})
+    return call_node(graph, aten.masked_fill.Scalar, (zeros, hidden, float("-inf")), {})
 
 
-def _call(graph, target, args: tuple, kwargs: dict):
+def call_node(graph, target, args: tuple, kwargs: dict):
     """A new node of ``target``, its fake value computed from its inputs' (later passes read it)."""
     node = graph.call_function(target, args, kwargs)
     fake = torch.fx.node.map_arg(args, lambda a: a.meta["val"])  # sizes of a dynamic axis too

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from ..kernels.attention import prefill
-from .attention_masks import _call, fused_calls, set_mask
+from .attention_masks import call_node, fused_calls, set_mask
 
 aten = torch.ops.aten
 
@@ -209,12 +209,12 @@ def key_masks(ep) -> int:
                 made[mask] = None
             else:
                 with graph.inserting_before(node):
-                    row = _call(graph, aten.slice.Tensor, (mask, 2, 0, 1), {})
+                    row = call_node(graph, aten.slice.Tensor, (mask, 2, 0, 1), {})
                     if _shape(mask)[1] != 1:
-                        row = _call(graph, aten.slice.Tensor, (row, 1, 0, 1), {})
+                        row = call_node(graph, aten.slice.Tensor, (row, 1, 0, 1), {})
                     # the row alone is computed, and broadcast by the call (an expanded view
                     # would be copied whole for torch's kernels: Inductor's cache_sdpa_constraint)
-                    made[mask] = _call(graph, aten.clone.default, (row,), {})
+                    made[mask] = call_node(graph, aten.clone.default, (row,), {})
         if made[mask] is not None:
             set_mask(node, made[mask])
             rewritten += 1

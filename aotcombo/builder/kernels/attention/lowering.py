@@ -248,7 +248,6 @@ def lower(graph: g.Graph, max_tokens: int | None = None) -> g.Graph:
     specs = graph.spec
     # sizes as the program computes them (its Scalars), where graph.spec has their text
     traced = specs | {op.out: op.spec for op in graph.ops if isinstance(op, (g.View, g.Alloc))}
-    scalars = {op.out: op for op in graph.ops if isinstance(op, g.Scalar)}
     getitems: dict[str, list] = {}
     for op in graph.ops:
         if isinstance(op, g.GetItem):
@@ -267,6 +266,8 @@ def lower(graph: g.Graph, max_tokens: int | None = None) -> g.Graph:
     if not lowered:
         return graph
     kernels = {k.name: k for k in graph.kernels}
+    if "masked_prefill" in {mode for _, mode in lowered.values() if isinstance(mode, str)}:  # its grids' bounds
+        largest, scalars = at_most(graph), {op.out: op for op in graph.ops if isinstance(op, g.Scalar)}
     ops, new_specs = [], dict(graph.specs)
     counted: dict[str, int] = {}  # split call -> its first counter: one per (batch, key/value head)
     total = 0
@@ -288,7 +289,7 @@ def lower(graph: g.Graph, max_tokens: int | None = None) -> g.Graph:
         if isinstance(mode, dict):  # a size class's small attention, its sizes given at run time
             (replacement, made), scratch = dynamic.small(op, traced, out_name, mode, max_tokens), {}
         elif mode == "masked_prefill":
-            (replacement, made), scratch = prefill.lowered(op, traced, out_name, at_most(graph), scalars), {}
+            (replacement, made), scratch = prefill.lowered(op, traced, out_name, largest, scalars), {}
         else:
             replacement, made, scratch = lowered_ops(op, specs | new_specs, out_name, mode,
                                                      counter=(COUNTERS, counted.get(op.out, 0)))

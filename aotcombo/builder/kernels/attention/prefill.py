@@ -2,7 +2,7 @@
 
 An encoder's batch of padded sequences (BERT-base's, through transformers) attends under a key
 mask: each batch's row of keys, the same for every head and query row (``trace/mask_rows.py``
-proves it and hands the call a broadcast view of one row). torch's fused kernels read every key
+proves it and hands the call that row alone, [batch, 1, 1, keys]). torch's fused kernels read every key
 of every batch, padding too, and the mask as a [batch, 1, queries, keys] tensor. This kernel
 (``templates/prefill_attention.py.j2``) reads the mask a key at a time and only the key blocks
 from the first to the last key its batch may see. H100, fp16, BERT-base's shapes with every
