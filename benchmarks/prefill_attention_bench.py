@@ -69,7 +69,7 @@ def attention_fwd_kernel(Q, K, V, Out, Mask, sm_scale, heads, seq_q, seq_k,
                          stride_mb, stride_mk,
                          HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          HAS_MASK: tl.constexpr, KEY_TAIL: tl.constexpr, USE_TMA: tl.constexpr,
-                         STRIDE_UNIT: tl.constexpr, SKIP_MASKED: tl.constexpr = False):
+                         STRIDE_UNIT: tl.constexpr, SKIP_MASKED: tl.constexpr = False, SCAN: tl.constexpr = 0):
     """One program: BLOCK_M queries of one (batch, head) against all its keys, BLOCK_N at a time (online
     softmax in the log2 domain); KEY_TAIL: seq_k is not a multiple of BLOCK_N. The batch, head and seq strides come
     in units of STRIDE_UNIT elements (16 bytes where the host found them all multiples of it): Triton specializes
@@ -106,8 +106,9 @@ def attention_fwd_kernel(Q, K, V, Out, Mask, sm_scale, heads, seq_q, seq_k,
     lo, hi = 0, seq_k
     if HAS_MASK and SKIP_MASKED:  # only the blocks from the first to the last key the batch's row may see
         first, last = seq_k, -1
-        for start in range(0, seq_k, BLOCK_N):
-            keys = start + tl.arange(0, BLOCK_N)
+        SCAN_BLOCK: tl.constexpr = SCAN if SCAN else BLOCK_N  # keys a step of this first pass
+        for start in range(0, seq_k, SCAN_BLOCK):
+            keys = start + tl.arange(0, SCAN_BLOCK)
             raw = tl.load(mask_row + keys * stride_mk, mask=keys < seq_k, other=float("-inf")).to(tl.float32)
             seen = raw > MASKED_AT
             first = tl.minimum(first, tl.min(tl.where(seen, keys, seq_k), 0))
@@ -159,18 +160,23 @@ class TileConfig(NamedTuple):
     num_stages: int
     tma: bool = False
     skip: bool = False  # key blocks no row of the batch may see are not read (masked calls only)
+    scan: int = 0  # with skip: keys a step of the pass that finds them (0: block_n)
 
     @property
     def name(self) -> str:
         return (f"m{self.block_m}n{self.block_n}w{self.num_warps}s{self.num_stages}" + ("-tma" if self.tma else "")
-                + ("-skip" if self.skip else ""))
+                + ("-skip" if self.skip else "") + (f"-scan{self.scan}" if self.scan else ""))
 
 
 CONFIGS = {  # by the head dim padded to a power of 2 (40 -> 64, 80 -> 128)
     64: (TileConfig(128, 64, 4, 3), TileConfig(128, 128, 8, 3), TileConfig(64, 64, 4, 3),
          TileConfig(128, 64, 4, 3, True), TileConfig(128, 128, 8, 3, True), TileConfig(128, 64, 4, 3, skip=True),
          TileConfig(64, 64, 4, 3, skip=True), TileConfig(128, 64, 4, 3, True, True),
-         TileConfig(128, 32, 4, 3, skip=True)),
+         TileConfig(128, 32, 4, 3, skip=True), TileConfig(128, 32, 4, 3, skip=True, scan=256),
+         TileConfig(128, 32, 4, 2, skip=True), TileConfig(128, 32, 4, 4, skip=True),
+         TileConfig(128, 32, 8, 3, skip=True), TileConfig(128, 64, 8, 3, skip=True),
+         TileConfig(256, 32, 8, 3, skip=True), TileConfig(256, 64, 8, 3, skip=True),
+         TileConfig(64, 32, 4, 3, skip=True), TileConfig(128, 16, 4, 3, skip=True)),
     128: (TileConfig(128, 64, 8, 3), TileConfig(128, 128, 8, 2), TileConfig(64, 64, 4, 3),
           TileConfig(128, 64, 8, 3, True), TileConfig(128, 128, 8, 2, True)),
 }
@@ -195,6 +201,7 @@ def attention(q, k, v, out, config: TileConfig, key_mask=None, sm_scale=None):
         heads, seq_q, seq_k, *strides, *mask_strides, HEAD_DIM=head_dim, BLOCK_D=triton.next_power_of_2(head_dim),
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, HAS_MASK=key_mask is not None,
         KEY_TAIL=seq_k % config.block_n != 0, USE_TMA=config.tma, STRIDE_UNIT=unit, SKIP_MASKED=config.skip,
+        SCAN=config.scan,
         num_warps=config.num_warps, num_stages=config.num_stages)
     return out
 
@@ -245,7 +252,7 @@ def check() -> int:
              for seq in (37, 64) for d in (64, 40) for fill in (None, torch.finfo(torch.float16).min)
              for layout in ("packed", "bhsd") for out_layout in ("bshd", "bhsd")
              for config in (TileConfig(32, 16, 4, 1), TileConfig(16, 32, 4, 1, True),
-                            TileConfig(16, 16, 4, 1, skip=True))]
+                            TileConfig(16, 16, 4, 1, skip=True), TileConfig(16, 16, 4, 1, skip=True, scan=32))]
     cases += [(seq, 80, float("-inf"), layout, "bshd", TileConfig(16, 16, 4, 1))
               for seq in (16, 37) for layout in ("packed", "misaligned")]
     failures = 0

@@ -32,7 +32,10 @@ BLOCK_N, STAGES = 32, 3  # 4 warps, as every attention kernel of ours
 # SMs), else 64, and 32 keys a step. H100, BERT-base's half-padded batches, the benchmark's kernel
 # (benchmarks/prefill_attention_bench.py, us): 32 x 512 65.8 at 128 x 32, 87.8 at 128 x 64, 98.3 at
 # 64 x 64, 116 at 128 x 128 (8 warps), TMA 100.5; 16 x 256 14.8 / 17.4 / 17.9; 8 x 383 20.3 / 20.6 /
-# 19.7. A program for dynamic axes takes 128 rows: its largest sizes cost the most.
+# 19.7. A program for dynamic axes takes 128 rows: its largest sizes cost the most. Swept again
+# (2026-11-27, 32 x 512, us): 128 x 32 at 2 / 4 stages 72.9 / 66.3, 8 warps 78.5, 128 x 64 (8 warps)
+# 89.5, 256 x 32 / 64 (8 warps) 89.2 / 96.9, 64 x 32 72.2, 128 x 16 93.5; the first pass 256 keys
+# a step 63.7 against 65.6 (small shapes the same).
 WIDE_ROWS, NARROW_ROWS, WIDE_FROM_PROGRAMS = 128, 64, 256
 
 

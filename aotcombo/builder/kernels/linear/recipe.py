@@ -87,6 +87,11 @@ DECODE_DTYPES = (torch.bfloat16, torch.float16)
 # 1B's linears, the rule before -> now: int8 q/k/v 6.05 -> 5.16, o 3.63 -> 3.43, down 10.49 -> 10.64,
 # lm head 115.0 -> 97.7; int4 q/k/v 5.38 -> 5.18, o 3.94 -> 3.76, down 7.86 -> 7.68, lm head 79.4 (same);
 # the 1B step (quantized_llm_bench.py, position 5): int8 0.756 -> 0.719 ms (0.665x bf16's 1.082), int4 0.680 -> 0.669.
+# Tried, not kept (2026-11-27, same bench, position 5, one run each): W's first tile loaded before the PDL
+# wait (W is written by no kernel) and each step's next tile before the current one is used: bf16 1.063 ->
+# 1.100 ms, int8 0.717 -> 0.788, int4 0.663 -> 0.682; the next-tile loads alone, the wait at the kernel's
+# start: bf16 1.059 -> 1.118, int8 0.712 -> 0.777; the wait inside and the next kernel let start only after
+# it: 1.103, 0.800. The registers the tiles hold cost more than the latency they hide.
 QUANT_MAX_ROWS = 16
 QUANT_CONVERT = "bits"  # or "cvt"
 GEMV_QUANT_WARPS = 4  # a quantized GEMV's
