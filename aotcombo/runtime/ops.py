@@ -21,7 +21,10 @@ whose layout the backend picks at run time).
 ``all_reduce_`` runs torch's functional ``all_reduce_`` (a tensor-parallel program's) as c10d's
 synchronous all-reduce: since torch 2.8 NCCL runs that on the current stream, where the
 functional op runs it on the process group's own stream and joins back through two events
-(two edges across streams per collective in a CUDA graph).
+(two edges across streams per collective in a CUDA graph). Tried, not kept: torch's
+symmetric-memory one-shot all-reduce (``symm_mem.one_shot_all_reduce_copy_out``, one kernel
+reading the other rank's copy over NVLink) for the decode step's all-reduces: Llama 3 8B at
+TP 2 on two H100s 3.981 ms a step against NCCL's 3.974 (2026-11-27), outputs within tolerance.
 """
 
 from __future__ import annotations
