@@ -266,7 +266,7 @@ def lower(graph: g.Graph, max_tokens: int | None = None) -> g.Graph:
     if not lowered:
         return graph
     kernels = {k.name: k for k in graph.kernels}
-    if "masked_prefill" in {mode for _, mode in lowered.values() if isinstance(mode, str)}:  # its grids' bounds
+    if any(mode == "masked_prefill" for _, mode in lowered.values()):  # its grids' bounds, computed once
         largest, scalars = at_most(graph), {op.out: op for op in graph.ops if isinstance(op, g.Scalar)}
     ops, new_specs = [], dict(graph.specs)
     counted: dict[str, int] = {}  # split call -> its first counter: one per (batch, key/value head)
