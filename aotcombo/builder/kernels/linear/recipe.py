@@ -25,7 +25,12 @@ OP = "aotcombo::fused_linear"
 # faster (222 at 16384); a persistent, warp-specialized kernel with descriptors (Triton's tutorial 09)
 # 184 against 196-203 and 53 against 53-58, within the runs' 10 % spread, though it matched cuBLAS
 # on the bias-only GEMMs (94 against 95 us): the GELU costs as much inside the kernel as after it.
-# Only at 128 rows did a fused GELU win (6.2 against torch's 6.8 us). So cuBLAS keeps the large linears.
+# Only at 128 rows did a fused GELU win (6.2 against torch's 6.8 us).
+# H200, 2026-11-29 (benchmarks/gemm_epilogue_probe.py, two runs): the whole tile's libdevice GELU spilled
+# (56-88 bytes of stack); stored in 2 or 4 column slices it does not, and a polynomial erfc is no cheaper. Best
+# fused, 16384 rows: 178-186 us against cuBLAS + GELU 196-211 (0.88-0.91x), 4096: 48-51 against 50 (0.95-1.0x),
+# 1576: 25 against 21 (1.19x); bias alone 123-129 against cuBLAS's 117-119. Two programs an SM, a warp-
+# specialized loop: the epilogue still adds its 55-60 us. So cuBLAS keeps the large linears.
 FUSED_MAX_FLOPS = 2 ** 27  # 2*M*N*K
 FUSED_MAX_FLOPS_FP32 = 2 ** 24
 FUSED_MAX_WEIGHT_BYTES = 2 ** 21
