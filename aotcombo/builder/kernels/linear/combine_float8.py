@@ -14,6 +14,11 @@ tensors at build time and from the parts given at load (``combine.combined_input
 Only buffers or parameters read by that one call are combined, of one dtype and K, all with a
 bias or none, of one ``out_dtype`` and ``use_fast_accum``; a weight scaled per tensor
 (``PerTensor``: its own scale per linear, which no one ``_scaled_mm`` takes) is left as it is.
+
+Not done: a linear of few tiles (Llama 3.2 1B at 512 rows: o and down, 64 tiles of cuBLAS's 128 x 128
+for 132 multiprocessors) split along K into one ``_scaled_grouped_mm`` over the slices and their
+partial sums added: on an H200 with torch 2.11 the grouped kernel ran 3-4x slower than the one
+``_scaled_mm`` (down 23.5 against 34-41 us, o 8.9 against 28-34; benchmarks/float8_split_probe.py).
 """
 
 from __future__ import annotations
