@@ -219,6 +219,36 @@ def _note_failing_node():
     return mock.patch.object(GraphLowering, "run_node", run_node)
 
 
+# Rows of an inner reduction one block each (a persistent reduction, the row held in registers)
+# up to this many elements, where Inductor stops at 1024 and loops, re-reading the row for each
+# pass. Above INNER_REDUCTION_BLOCK (plan/blocks.py: a looped row of up to 2048 is one block a
+# pass already): H200, Llama 3.2 1B prefill of 512 tokens in float8 (float8_bench, two runs), the
+# SiLU-gate-up product quantized per row (8192 elements, two passes) made one: the call 2.095-
+# 2.104 -> 2.027-2.052 ms; rows of 2048 made one block too cost bf16's call 1 % (2.557-2.570 ->
+# 2.578-2.602), so they stay Inductor's.
+PERSISTENT_ROWS = (2048, 8192)  # (above, up to) elements
+
+
+def _persistent_rows():
+    """Inner reductions of PERSISTENT_ROWS elements (sizes known at build time) persistent."""
+    from torch._inductor.choices import InductorChoices
+    from torch._inductor.runtime.hints import ReductionHint
+    from torch._inductor.virtualized import V
+
+    original = InductorChoices.should_use_persistent_reduction
+    above, most = PERSISTENT_ROWS
+
+    def should(features, cooperative_reduction):
+        numel, sizes = features.reduction_numel, V.graph.sizevars
+        if (not cooperative_reduction and features.get_reduction_hint() == ReductionHint.INNER
+                and features.strict_sum_rblock() is None  # (deterministic sums keep their blocks)
+                and sizes.statically_known_gt(numel, above) and sizes.statically_known_leq(numel, most)):
+            return True
+        return original(features, cooperative_reduction)
+
+    return mock.patch.object(InductorChoices, "should_use_persistent_reduction", staticmethod(should))
+
+
 def run_inductor(gm, fake_inputs, combo_kernels: bool = False, dynamic: bool = False):
     from torch._inductor.compile_fx import compile_fx
 
@@ -231,7 +261,7 @@ def run_inductor(gm, fake_inputs, combo_kernels: bool = False, dynamic: bool = F
     try:
         with tempfile.TemporaryDirectory(prefix="aotcombo-inductor-") as cache, quiet, mock.patch.dict(
             "os.environ", {"TORCHINDUCTOR_CACHE_DIR": cache}
-        ), _inductor_config(combo_kernels, dynamic), _install_capture(), _note_failing_node():
+        ), _inductor_config(combo_kernels, dynamic), _install_capture(), _note_failing_node(), _persistent_rows():
             compile_fx(gm, fake_inputs)
     except BaseException as exc:  # noqa: BLE001 - we look for our marker in the chain
         seen = exc
