@@ -27,6 +27,7 @@ from .capture import run_inductor
 from .diagnosis import export_failure, inductor_failure, located, quiet_logs
 from .export import export_on_fake_gpu
 from .grouped_heads import read_grouped_heads
+from .causal_masks import causal_masks
 from .mask_rows import key_masks
 from .passes import literals_on_the_gpu, reject_data_dependent_shapes, scatter_into_whole_buffers, write_state_in_place
 from .to_graph import graph_from_fx, output_structure, real_tensor, refuse_other_libraries_ops
@@ -90,6 +91,7 @@ def _compile(ep, module, arch: int, inductor_combo_kernels: bool, dynamic: Dynam
             linear_match.fuse(ep, max_tokens)
         linear_quant.expand(ep)  # those no kernel of ours reads: back to ATen ops
         read_grouped_heads(ep)  # no key/value copy per query head
+        causal_masks(ep)  # a causal mask made of constants: is_causal, no mask
         key_masks(ep)  # a padding mask: one row of keys per batch, our prefill kernel's
         make_masks_additive(ep)  # once, not in every layer's attention call
         drop_copies_before_attention(ep)  # it reads q, k and v through their strides
