@@ -108,3 +108,14 @@ def call_node(graph, target, args: tuple, kwargs: dict):
     fake = torch.fx.node.map_arg(args, lambda a: a.meta["val"])  # sizes of a dynamic axis too
     node.meta["val"] = target(*fake, **kwargs)
     return node
+
+
+def ancestors(node) -> list:
+    """``node`` and every node it is computed from, in the graph's order."""
+    found, stack = set(), [node]
+    while stack:
+        n = stack.pop()
+        if n not in found:
+            found.add(n)
+            stack.extend(n.all_input_nodes)
+    return [n for n in node.graph.nodes if n in found]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from .attention_masks import fused_calls, ours
+from .attention_masks import ancestors, fused_calls, ours
 
 aten = torch.ops.aten
 MAX_ELEMENTS = 1 << 26  # a mask larger than this is not evaluated at build time
@@ -66,21 +66,14 @@ def _is_causal(mask: torch.fx.Node, query, key) -> bool:
 def evaluate(node: torch.fx.Node) -> torch.Tensor | None:
     """``node``'s value, computed on the CPU from the ops that make it; None where one of them
     reads a placeholder (an input, a weight), has a symbolic size, or makes too large a tensor."""
-    order, stack, seen = [], [node], set()
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
+    order = ancestors(node)
+    for n in order:
         val = n.meta.get("val")
         if n.op != "call_function" or not isinstance(val, torch.Tensor) or not all(
                 isinstance(s, int) for s in val.shape) or val.numel() > MAX_ELEMENTS:
             return None
-        order.append(n)
-        stack.extend(n.all_input_nodes)
-    position = {n: i for i, n in enumerate(node.graph.nodes)}
     values: dict = {}
-    for n in sorted(order, key=position.get):
+    for n in order:
         args = torch.fx.node.map_arg(n.args, values.get)
         kwargs = {k: (torch.device("cpu") if k == "device" else v)
                   for k, v in torch.fx.node.map_arg(n.kwargs, values.get).items()}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from ..kernels.attention import prefill
-from .attention_masks import call_node, fused_calls, set_mask
+from .attention_masks import ancestors, call_node, fused_calls, set_mask
 
 aten = torch.ops.aten
 
@@ -172,23 +172,10 @@ def fact_of(node, facts: dict) -> Fact:
 
 def mask_fact(mask) -> Fact:
     """The fact of ``mask`` from the ops that compute it (those of a model's inputs unknown)."""
-    order, stack, seen = [], [mask], set()
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        order.append(node)
-        stack.extend(node.all_input_nodes)
     facts: dict = {}
-    for node in sorted(order, key=_position(mask.graph)):
+    for node in ancestors(mask):
         facts[node] = fact_of(node, facts)
     return facts[mask]
-
-
-def _position(graph):
-    index = {n: i for i, n in enumerate(graph.nodes)}
-    return lambda node: index[node]
 
 
 def key_masks(ep) -> int:
