@@ -28,11 +28,13 @@ def causal_masks(ep) -> int:
     graph, known, rewritten = ep.graph, {}, 0
     for node, bound in fused_calls(graph):
         mask, query, key = bound.get("attn_bias"), bound["query"].meta["val"], bound["key"].meta["val"]
-        if not isinstance(mask, torch.fx.Node) or bound.get("is_causal") or ours(bound, query, key):
-            continue
-        if mask not in known:
-            known[mask] = _is_causal(mask, query, key)
-        if known[mask]:
+        if not isinstance(mask, torch.fx.Node) or bound.get("is_causal") or not all(
+                isinstance(n, int) for n in (*query.shape, *key.shape)) or ours(bound, query, key):
+            continue  # (a size of a dynamic axis: no mask is evaluated)
+        seen = (mask, tuple(query.shape), tuple(key.shape))  # a mask read by calls of other lengths: each
+        if seen not in known:
+            known[seen] = _is_causal(mask, query, key)
+        if known[seen]:
             _make_causal(node)
             rewritten += 1
     if rewritten:
@@ -44,7 +46,7 @@ def causal_masks(ep) -> int:
 
 def _is_causal(mask: torch.fx.Node, query, key) -> bool:
     """Whether ``mask``, evaluated, is the causal mask of ``query`` [b, h, m, d] and ``key``."""
-    if not all(isinstance(n, int) for n in (*query.shape, *key.shape)) or query.dim() != 4:
+    if query.dim() != 4:
         return False
     value = evaluate(mask)
     if value is None or value.dim() != 4:
