@@ -12,6 +12,7 @@ from torch.nn import functional as F
 
 from aotcombo.builder import graph as g
 from aotcombo.builder.pipeline import build_package
+from aotcombo.runtime.manifest import Dynamic
 from aotcombo.testing.compare import relative_error
 from aotcombo.tools import interpret
 
@@ -67,6 +68,18 @@ def test_a_causal_mask_of_constants_becomes_is_causal(tmp_path, additive):
 def test_other_masks_of_constants_stay(tmp_path, offset, window):
     model = MaskedAttention(offset=offset, window=window).eval()
     result = build_package(model, [torch.randn(2, SEQ, HEADS * DIM)], arch=["sm_90"], out=tmp_path / "o", cache=False)
+    calls = _attention_calls(result)
+    assert calls and not any(c.get("is_causal") for c in calls), calls
+    assert _matches_eager(model, result) <= 1e-5
+
+
+def test_a_mask_over_a_dynamic_batch_stays_and_its_view_is_made_per_call(tmp_path):
+    """Its sizes are symbolic: the call keeps its mask. The mask, made of constants, is computed at
+    load and its view over the batch at each call (``plan/at_load``: a view sized by the call's
+    inputs was planned at load, and the build refused the model at its meta check)."""
+    model = MaskedAttention().eval()
+    result = build_package(model, [torch.randn(2, SEQ, HEADS * DIM)], arch=["sm_90"], out=tmp_path / "d",
+                           shapes=Dynamic(1, 4), cache=False)
     calls = _attention_calls(result)
     assert calls and not any(c.get("is_causal") for c in calls), calls
     assert _matches_eager(model, result) <= 1e-5

@@ -15,6 +15,7 @@ results stay on the GPU beside the weights (``Split.held_bytes``, per input shap
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ...runtime.manifest import ITEMSIZE
@@ -49,6 +50,19 @@ def _may_run_at_load(op) -> bool:
     return False  # a Scalar: a size of the inputs
 
 
+def _refs(value) -> set[str]:
+    """Names of every ``Ref`` inside an op (its specs' sizes and strides too)."""
+    if isinstance(value, g.Ref):
+        return {value.name}
+    if isinstance(value, (list, tuple)):
+        return set().union(*map(_refs, value)) if value else set()
+    if isinstance(value, dict):
+        return _refs(list(value.values()))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _refs([getattr(value, f.name) for f in dataclasses.fields(value)])
+    return set()
+
+
 def _bytes(spec: g.TensorSpec) -> int:
     if not all(isinstance(n, int) for n in (*spec.shape, *spec.stride)):
         return 0
@@ -81,8 +95,9 @@ def _grow(ops, accesses, root, constant: set[str], fresh: set[str]) -> set[int]:
     """In program order, every op whose reads are constant or made by an op chosen before it,
     and whose writes go to ``fresh`` storages."""
     derived, chosen = set(constant), set()
+    sizes = {op.out for op in ops if isinstance(op, g.Scalar)}  # sizes of each call's inputs
     for i, op in enumerate(ops):
-        if not _may_run_at_load(op):
+        if not _may_run_at_load(op) or _refs(op) & sizes:  # (a view over the dynamic batch: per call)
             continue
         reads, writes = accesses[i]
         if isinstance(op, g.View):
