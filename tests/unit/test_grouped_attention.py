@@ -121,3 +121,18 @@ def test_a_causal_grouped_call_keeps_its_repeat(tmp_path):
                                    tmp_path, torch.float32)
     assert _cache_copies(result)
     _against_eager(model, result, inputs, torch.float32)
+
+
+def test_a_causal_grouped_prefill_of_16_bits_reads_the_heads_where_they_are(tmp_path):
+    """Without a mask, 16-bit and causal, torch's flash kernel takes grouped heads itself
+    (``grouped_heads.FLASH_DTYPES``): the call gets the un-repeated cache and ``enable_gqa``, no
+    kernel copies it, and the output is eager's."""
+    rows = 160  # a prefill: torch's attention, not the package's kernels
+    model, inputs, result = _build(GroupedCache("repeat_kv", causal=True), [torch.randn(BATCH, HEADS, rows, DIM),
+                                                                            torch.zeros(BATCH, rows, dtype=torch.long)],
+                                   tmp_path, torch.bfloat16)
+    calls = [dict(op.kwargs) for op in result.variants[0].plan.graph.ops
+             if isinstance(op, g.Extern) and "attention" in op.op]
+    assert calls and all(c.get("enable_gqa") and c.get("is_causal") for c in calls), calls
+    assert not _cache_copies(result)
+    _against_eager(model, result, inputs, torch.bfloat16)

@@ -90,8 +90,8 @@ def _compile(ep, module, arch: int, inductor_combo_kernels: bool, dynamic: Dynam
         if dynamic is None or max_tokens:  # its kernels are sized at build time, or for the class's bound
             linear_match.fuse(ep, max_tokens)
         linear_quant.expand(ep)  # those no kernel of ours reads: back to ATen ops
-        read_grouped_heads(ep)  # no key/value copy per query head
         causal_masks(ep)  # a causal mask made of constants: is_causal, no mask
+        read_grouped_heads(ep)  # no key/value copy per query head
         key_masks(ep)  # a padding mask: one row of keys per batch, our prefill kernel's
         make_masks_additive(ep)  # once, not in every layer's attention call
         drop_copies_before_attention(ep)  # it reads q, k and v through their strides
