@@ -50,17 +50,11 @@ def _may_run_at_load(op) -> bool:
     return False  # a Scalar: a size of the inputs
 
 
-def _refs(value) -> set[str]:
-    """Names of every ``Ref`` inside an op (its specs' sizes and strides too)."""
-    if isinstance(value, g.Ref):
-        return {value.name}
-    if isinstance(value, (list, tuple)):
-        return set().union(*map(_refs, value)) if value else set()
-    if isinstance(value, dict):
-        return _refs(list(value.values()))
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _refs([getattr(value, f.name) for f in dataclasses.fields(value)])
-    return set()
+def _refs(op) -> set[str]:
+    """Names of every ``Ref`` an op reads, its spec's sizes and strides too."""
+    fields = [getattr(op, f.name) for f in dataclasses.fields(op)]
+    return set(g.refs_in([[f.shape, f.stride, f.storage_offset] if isinstance(f, g.TensorSpec) else f
+                          for f in fields]))
 
 
 def _bytes(spec: g.TensorSpec) -> int:

@@ -67,11 +67,17 @@ def fused_calls(graph):
 
 def set_mask(node, mask) -> None:
     """Give the fused attention call ``node`` the mask ``mask``."""
-    if "attn_bias" in node.kwargs:
-        node.kwargs = {**node.kwargs, "attn_bias": mask}
+    set_argument(node, "attn_bias", mask)
+
+
+def set_argument(node, name: str, value) -> None:
+    """Give the call ``node`` ``value`` for its argument ``name``, where the call passes it (by
+    keyword where it passes it so, or leaves it out)."""
+    index = [a.name for a in node.target._schema.arguments].index(name)
+    if name in node.kwargs or index >= len(node.args):
+        node.kwargs = {**node.kwargs, name: value}
     else:
-        index = [a.name for a in node.target._schema.arguments].index("attn_bias")
-        node.args = (*node.args[:index], mask, *node.args[index + 1:])
+        node.args = (*node.args[:index], value, *node.args[index + 1:])
 
 
 def ours(bound: dict, query, key) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from .attention_masks import ancestors, fused_calls, ours
+from .attention_masks import ancestors, fused_calls, ours, set_argument
 
 aten = torch.ops.aten
 MAX_ELEMENTS = 1 << 26  # a mask larger than this is not evaluated at build time
@@ -90,12 +90,5 @@ def evaluate(node: torch.fx.Node) -> torch.Tensor | None:
 
 def _make_causal(node: torch.fx.Node) -> None:
     """The fused attention call ``node`` with no mask and ``is_causal=True``."""
-    names = [a.name for a in node.target._schema.arguments]
-    args, kwargs = list(node.args), dict(node.kwargs)
-    for name, value in (("attn_bias", None), ("is_causal", True)):
-        index = names.index(name)
-        if name in kwargs or index >= len(args):
-            kwargs[name] = value
-        else:
-            args[index] = value
-    node.args, node.kwargs = tuple(args), kwargs
+    set_argument(node, "attn_bias", None)
+    set_argument(node, "is_causal", True)

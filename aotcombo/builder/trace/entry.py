@@ -24,10 +24,10 @@ from . import decompositions
 from .attention_inputs import drop_copies_before_attention
 from .attention_masks import make_masks_additive
 from .capture import run_inductor
+from .causal_masks import causal_masks
 from .diagnosis import export_failure, inductor_failure, located, quiet_logs
 from .export import export_on_fake_gpu
 from .grouped_heads import read_grouped_heads
-from .causal_masks import causal_masks
 from .mask_rows import key_masks
 from .passes import literals_on_the_gpu, reject_data_dependent_shapes, scatter_into_whole_buffers, write_state_in_place
 from .to_graph import graph_from_fx, output_structure, real_tensor, refuse_other_libraries_ops

@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from ..kernels.attention.lowering import takes
+from .attention_masks import set_argument
 
 aten = torch.ops.aten
 _FUSED = (aten._scaled_dot_product_efficient_attention.default, aten._scaled_dot_product_flash_attention.default)
@@ -80,13 +81,8 @@ def read_grouped_heads(ep) -> int:
         if not takes(dtype, query, _shape(keys[0])[2], keys[1], causal, mask_dtype) and not (
                 causal and mask is None and dtype in FLASH_DTYPES and query[3] <= FLASH_HEAD_DIM):
             continue
-        args, kwargs = list(node.args), dict(node.kwargs)
-        for name, source in (("key", keys[0]), ("value", values[0])):
-            if name in kwargs:
-                kwargs[name] = source
-            else:
-                args[names.index(name)] = source
-        node.args, node.kwargs = tuple(args), kwargs
+        set_argument(node, "key", keys[0])
+        set_argument(node, "value", values[0])
         _erase_unused(graph, [bound["key"], bound["value"]])
         rewritten += 1
     if rewritten:
