@@ -132,7 +132,8 @@ def trace_stage(model, inputs, arch, cache, keys: list, reporter, where: list[st
 
         label = missing[0][2] if len(missing) == 1 else f"{missing[0][2]} ({len(missing)} size classes)"
         with reporter.stage(f"trace for {label}", timing_key="trace"):
-            traced = trace_classes(model, inputs, arch, tuple(t for t, _, _ in missing), dynamic=dynamic)
+            traced = trace_classes(model, inputs, arch, tuple(t for t, _, _ in missing), dynamic=dynamic,
+                                   note=reporter.detail)
         for (max_tokens, key, named), (graph, weights, structure) in zip(missing, traced):
             entry = {"graph": graph, "structure": structure, "constants": _lifted_constants(model, weights)}
             if key is not None and not cache.put_trace(key, entry):

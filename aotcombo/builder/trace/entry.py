@@ -12,6 +12,10 @@ rewrites of ``kernels/linear``); Inductor compiles it with its FX wrapper captur
 from __future__ import annotations
 
 import copy
+import functools
+import math
+import operator
+import time
 
 import torch
 
@@ -20,7 +24,7 @@ from ...runtime.manifest import Dynamic
 from .. import graph as g
 from ..inputs.usercode import where
 from ..kernels.linear import combine as linear_combine, match as linear_match, quant as linear_quant, quant_match
-from . import decompositions
+from . import decompositions, forked
 from .attention_inputs import drop_copies_before_attention
 from .attention_masks import make_masks_additive
 from .capture import run_inductor
@@ -28,6 +32,7 @@ from .causal_masks import causal_masks
 from .diagnosis import export_failure, inductor_failure, located, quiet_logs
 from .export import export_on_fake_gpu
 from .grouped_heads import read_grouped_heads
+from .heap import freeze_more, frozen_heap
 from .mask_rows import key_masks
 from .passes import literals_on_the_gpu, reject_data_dependent_shapes, scatter_into_whole_buffers, write_state_in_place
 from .to_graph import graph_from_fx, output_structure, real_tensor, refuse_other_libraries_ops
@@ -55,12 +60,13 @@ def trace_model(module: torch.nn.Module, example_inputs: tuple, arch: int, *, in
 
 
 def trace_classes(module: torch.nn.Module, example_inputs: tuple, arch: int, classes: tuple, *,
-                  inductor_combo_kernels: bool = False, dynamic: Dynamic | None = None) -> list[tuple]:
+                  inductor_combo_kernels: bool = False, dynamic: Dynamic | None = None, note=None) -> list[tuple]:
     """``trace_model`` for each size class in ``classes`` (its ``max_tokens``; None: every
-    size), exported and decomposed once (a copy of the program per class after the first)."""
+    size), exported and decomposed once, then compiled side by side (``_compile_classes``).
+    ``note(text)``: told when a class had to be traced again in this process."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    with virtual_gpu(arch), quiet_logs():
+    with virtual_gpu(arch), quiet_logs(), frozen_heap():
         fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
         try:
             ep = export_on_fake_gpu(module, example_inputs, fake_mode, arch, dynamic)
@@ -78,8 +84,58 @@ def trace_classes(module: torch.nn.Module, example_inputs: tuple, arch: int, cla
             quant_match.recognise(ep, module)  # weights the model dequantizes: one op each
             linear_combine.combine(ep, module)
             linear_combine.fold_residuals(ep)
-        return [_compile(copy.deepcopy(ep) if i < len(classes) - 1 else ep, module, arch, inductor_combo_kernels,
-                         dynamic, max_tokens) for i, max_tokens in enumerate(classes)]
+        freeze_more()  # the exported program, which every class reads (and which a child shares)
+        return _compile_classes(ep, module, classes, note or (lambda text: None),
+                                functools.partial(_compile, module=module, arch=arch,
+                                                  inductor_combo_kernels=inductor_combo_kernels, dynamic=dynamic))
+
+
+def _compile_classes(ep, module, classes: tuple, note, compile_class) -> list[tuple]:
+    """``compile_class(ep, max_tokens=...)`` for each class. With ``forked.available()``, each
+    class but the largest (the most tokens; None: every size) goes to a child forked now, with the
+    program as it is, while this process compiles the largest; a class whose child failed is
+    compiled here after, on a copy kept for it. Else one after the other, the largest last."""
+    largest = max(classes, key=lambda t: math.inf if t is None else t)
+    others = [t for t in classes if t != largest]
+    children = {t: forked.Child(functools.partial(_portable, compile_class, ep, t, module))
+                for t in others} if others and forked.available() else {}
+    try:
+        spare = copy.deepcopy(ep) if children else None
+        shared = dict(ep.constants)  # the lifted constants, as the children have them
+        started, done = time.perf_counter(), {}
+        for t in [*(t for t in others if t not in children), largest]:
+            done[t] = compile_class(ep if t == largest else copy.deepcopy(ep), max_tokens=t)
+        wait = forked.wait_seconds(time.perf_counter() - started)
+        for t, child in children.items():
+            value, why = child.result(wait)
+            if value is None:
+                note(f"calls of up to {t} tokens: the process tracing them beside this one failed ({why}); "
+                     "tracing them here")
+                done[t] = compile_class(copy.deepcopy(spare), max_tokens=t)
+                continue
+            graph, refs, structure = value
+            weights = {key: real_tensor(module, key, shared) if ref is None else ref for key, ref in refs.items()}
+            done[t] = graph, weights, structure
+    finally:
+        for child in children.values():
+            child.stop()
+    return [done[t] for t in classes]
+
+
+def _portable(compile_class, ep, max_tokens, module) -> tuple:
+    """In a child: the class's trace, its weights that the parent holds too (the model's tensors and
+    the constants lifted before the fork) named, not copied: None in their place."""
+    before = set(ep.constants)
+    graph, weights, structure = compile_class(ep, max_tokens=max_tokens)
+    return graph, {key: None if _held(module, key) or key in before else t for key, t in weights.items()}, structure
+
+
+def _held(module, key: str) -> bool:
+    try:
+        operator.attrgetter(key)(module)
+    except AttributeError:
+        return False
+    return True
 
 
 def _compile(ep, module, arch: int, inductor_combo_kernels: bool, dynamic: Dynamic | None, max_tokens: int | None):
