@@ -226,6 +226,9 @@ def _note_failing_node():
 # SiLU-gate-up product quantized per row (8192 elements, two passes) made one: the call 2.095-
 # 2.104 -> 2.027-2.052 ms; rows of 2048 made one block too cost bf16's call 1 % (2.557-2.570 ->
 # 2.578-2.602), so they stay Inductor's.
+# Tried, not kept: rows of 1025-2048 made one block where the kernel stores float8 (RMSNorm and the
+# attention output quantized per row): H200, same bench, A/B twice, float8 1.923 / 1.932 -> 1.933 /
+# 1.933 ms (2026-11-29).
 PERSISTENT_ROWS = (2048, 8192)  # (above, up to) elements
 
 
