@@ -62,7 +62,7 @@ def trace_model(module: torch.nn.Module, example_inputs: tuple, arch: int, *, in
 def trace_classes(module: torch.nn.Module, example_inputs: tuple, arch: int, classes: tuple, *,
                   inductor_combo_kernels: bool = False, dynamic: Dynamic | None = None, note=None) -> list[tuple]:
     """``trace_model`` for each size class in ``classes`` (its ``max_tokens``; None: every
-    size), exported and decomposed once, then compiled side by side (``_compile_classes``).
+    size), exported and decomposed once, then compiled side by side (``_compile_side_by_side``).
     ``note(text)``: told when a class had to be traced again in this process."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -85,33 +85,37 @@ def trace_classes(module: torch.nn.Module, example_inputs: tuple, arch: int, cla
             linear_combine.combine(ep, module)
             linear_combine.fold_residuals(ep)
         freeze_more()  # the exported program, which every class reads (and which a child shares)
-        return _compile_classes(ep, module, classes, note or (lambda text: None),
-                                functools.partial(_compile, module=module, arch=arch,
-                                                  inductor_combo_kernels=inductor_combo_kernels, dynamic=dynamic))
+        compile_class = functools.partial(_compile, module=module, arch=arch,
+                                          inductor_combo_kernels=inductor_combo_kernels, dynamic=dynamic)
+        if len(classes) == 1 or not forked.available():  # one after the other, the last on ep itself
+            return [compile_class(ep if t == classes[-1] else copy.deepcopy(ep), max_tokens=t) for t in classes]
+        done, failed = _compile_side_by_side(ep, module, classes, compile_class)
+    for max_tokens, why in failed.items():  # traced anew, in this process (one class: no child)
+        if note:
+            note(f"calls of up to {max_tokens} tokens: the process tracing them beside this one failed ({why}); "
+                 "tracing them here")
+        done[max_tokens] = trace_classes(module, example_inputs, arch, (max_tokens,), dynamic=dynamic)[0]
+    return [done[t] for t in classes]
 
 
-def _compile_classes(ep, module, classes: tuple, note, compile_class) -> list[tuple]:
-    """``compile_class(ep, max_tokens=...)`` for each class. With ``forked.available()``, each
-    class but the largest (the most tokens; None: every size) goes to a child forked now, with the
-    program as it is, while this process compiles the largest; a class whose child failed is
-    compiled here after, on a copy kept for it. Else one after the other, the largest last."""
+def _compile_side_by_side(ep, module, classes: tuple, compile_class) -> tuple[dict, dict]:
+    """``compile_class(ep, max_tokens=...)`` for each class: each but the largest (the most tokens;
+    None: every size) in a child forked now, with the program as it is, while this process compiles
+    the largest on ``ep`` itself. Returns the traces by class, and why for each class whose child
+    failed (then not among the traces)."""
     largest = max(classes, key=lambda t: math.inf if t is None else t)
-    others = [t for t in classes if t != largest]
+    shared = dict(ep.constants)  # the lifted constants, as the children have them
     children = {t: forked.Child(functools.partial(_portable, compile_class, ep, t, module))
-                for t in others} if others and forked.available() else {}
+                for t in classes if t != largest}
+    done, failed = {}, {}
     try:
-        spare = copy.deepcopy(ep) if children else None
-        shared = dict(ep.constants)  # the lifted constants, as the children have them
-        started, done = time.perf_counter(), {}
-        for t in [*(t for t in others if t not in children), largest]:
-            done[t] = compile_class(ep if t == largest else copy.deepcopy(ep), max_tokens=t)
+        started = time.perf_counter()
+        done[largest] = compile_class(ep, max_tokens=largest)
         wait = forked.wait_seconds(time.perf_counter() - started)
         for t, child in children.items():
             value, why = child.result(wait)
             if value is None:
-                note(f"calls of up to {t} tokens: the process tracing them beside this one failed ({why}); "
-                     "tracing them here")
-                done[t] = compile_class(copy.deepcopy(spare), max_tokens=t)
+                failed[t] = why
                 continue
             graph, refs, structure = value
             weights = {key: real_tensor(module, key, shared) if ref is None else ref for key, ref in refs.items()}
@@ -119,7 +123,7 @@ def _compile_classes(ep, module, classes: tuple, note, compile_class) -> list[tu
     finally:
         for child in children.values():
             child.stop()
-    return [done[t] for t in classes]
+    return done, failed
 
 
 def _portable(compile_class, ep, max_tokens, module) -> tuple:
