@@ -97,6 +97,11 @@ DECODE_DTYPES = (torch.bfloat16, torch.float16)
 # 1.100 ms, int8 0.717 -> 0.788, int4 0.663 -> 0.682; the next-tile loads alone, the wait at the kernel's
 # start: bf16 1.059 -> 1.118, int8 0.712 -> 0.777; the wait inside and the next kernel let start only after
 # it: 1.103, 0.800. The registers the tiles hold cost more than the latency they hide.
+# Tried, not kept (2026-11-29, H200, same bench, one run, positions 5 / 1000, copy 4244 GB/s): a GEMV
+# alone in its combo, launched early, asking its program's first 16 KB of W rows into L2
+# (prefetch.global.L2, 128-byte lines over its threads) before its PDL wait: bf16 0.874 -> 0.985 ms,
+# int8 0.649 -> 0.714, int4 0.660 -> 0.675; 64 KB: 1.019, 0.718, 0.676. Without the prefetch those
+# are 0.743x (int8) and 0.756x (int4) bf16's on the H200.
 QUANT_MAX_ROWS = 16
 QUANT_CONVERT = "bits"  # or "cvt"
 GEMV_QUANT_WARPS = 4  # a quantized GEMV's
