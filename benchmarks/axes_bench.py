@@ -74,7 +74,8 @@ def main() -> None:
             for fn in (dynamic, exact, op_by_op):
                 warm_up(fn, sets, device, calls=5, seconds=0.2)
             ours = time_synced_interleaved([dynamic, exact, op_by_op], [sets] * 3, device, args.calls)
-            row = {"batch": batch, "seq": seq, "dynamic_ms": ours[0]["median"], "exact_ms": ours[1]["median"],
+            row = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                   "batch": batch, "seq": seq, "dynamic_ms": ours[0]["median"], "exact_ms": ours[1]["median"],
                    "op_by_op_ms": ours[2]["median"]}
             warm_up(eager, sets, device, calls=3, seconds=0.1)
             row["eager_ms"] = time_synced(eager, sets, device, args.calls)["median"]
