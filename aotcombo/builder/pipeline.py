@@ -42,7 +42,8 @@ from .package.manifest import VariantBuild, assemble, stats
 from .package.wheel import save_weights, write_wheels
 from .parallel.shard import Sharding, shard_model
 from .plan.combos import make_plan
-from .trace.cached import trace_keys, trace_stage
+from .trace import forked
+from .trace.cached import trace_beside, trace_keys, trace_stage
 from .trace.collectives import fake_process_group
 
 
@@ -135,19 +136,29 @@ def _variants(build: Build) -> None:
                           triton_cache_dir=str(build.scratch / "triton"))
     build.jobs = Jobs(scheduler)
     steps = [(b, a) for b in build.by_batch for a in options.archs]
-    if len(steps) * len(build.classes) > 1:
-        # Several traces ahead, so kernels to compile: the workers import torch and triton
-        # now, on a CPU the export leaves idle. BERT-base, --dynamic batch=1:32,seq=1:512 on
-        # 2 CPUs: its 12 kernels' compile 2.0-2.2 -> 1.3 s after the trace.
+    beside = len(steps) > 1 and forked.available()  # steps traced two at a time
+    if len(steps) == 1 and len(build.classes) > 1:
+        # Two traces side by side, then kernels to compile: the workers import torch and
+        # triton now, on a CPU the export leaves idle. BERT-base, --dynamic batch=1:32,seq=1:512
+        # on 2 CPUs: its 12 kernels' compile 2.0-2.2 -> 1.3 s after the trace.
         scheduler.start_pool()
     unused = set()  # size classes with no kernel of ours: the program for every size serves them
+    ahead = None  # the next step's traces, made meanwhile in a child (trace_beside)
     for index, (batch, arch) in enumerate(steps):
         classes = tuple(t for t in build.classes if t not in unused)
         at = f"sm_{arch}" if batch is None else f"{build.shapes.axis} {batch}, sm_{arch}"
         names = [at + (f", calls of up to {t} tokens" if t is not None and len(build.classes) > 1 else "")
                  for t in classes]
-        traces = trace_stage(build.model, build.by_batch[batch], arch, build.cache,
-                             [build.keys[batch, t][arch] for t in classes], reporter, names, build.dynamic, classes)
+        made, ahead = ahead, None
+        if beside and made is None and index + 1 < len(steps):  # this step here, the next one beside it
+            after_batch, after_arch = steps[index + 1]
+            ahead = trace_beside(build.model, build.by_batch[after_batch], after_arch, build.cache,
+                                 [build.keys[after_batch, t][after_arch] for t in build.classes], build.dynamic,
+                                 build.classes)
+        with forked.disabled() if beside else nullcontext():  # the CPUs are the two steps'
+            traces = trace_stage(build.model, build.by_batch[batch], arch, build.cache,
+                                 [build.keys[batch, t][arch] for t in classes], reporter, names, build.dynamic,
+                                 classes, beside=made)
         for tokens, where, traced in zip(classes, names, traces):
             if not _variant(build, batch, arch, tokens, where, traced):
                 unused.add(tokens)

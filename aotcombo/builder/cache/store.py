@@ -210,6 +210,10 @@ class Cache:
             self.hits["trace"] += 1
         return entry
 
+    def may_have_trace(self, key: str) -> bool:
+        """Whether a trace entry exists under ``key`` (not read: ``get_trace`` judges it)."""
+        return self.root is not None and self._path("traces", key, ".pkl").exists()
+
     def put_trace(self, key: str, entry: dict) -> bool:
         try:
             data = pickle.dumps({**entry, "key": key}, protocol=4)

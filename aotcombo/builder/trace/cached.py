@@ -10,6 +10,8 @@ a cached graph is used only when its inputs and weights still match the model's.
 from __future__ import annotations
 
 import operator
+import os
+import time
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +28,34 @@ class Traced:
     weights: dict  # weight name -> the model's tensor
     structure: tuple  # the nesting of the outputs (to_graph.output_structure)
     cached: bool  # came from the build cache
+
+
+def _from_beside(child, missing: list, model, reporter, cache, found: dict) -> list:
+    """The traces of ``missing`` that ``trace_beside``'s child made, into ``found`` (and the
+    cache); returns those it did not make (its failure noted: they are traced here). The child is
+    waited for up to ``forked.wait_seconds`` of the time since it started."""
+    from . import forked
+
+    if not missing:  # all found in the cache meanwhile
+        child.stop()
+        return []
+    label = missing[0][2]
+    with reporter.stage(f"trace for {label}, made meanwhile in a second process", timing_key="trace"):
+        made, why = child.result(forked.wait_seconds(time.monotonic() - child.started))
+    if made is None:
+        reporter.detail(f"{label}: the process tracing it beside this one failed ({why}); tracing it here")
+        return missing
+    left = []
+    for max_tokens, key, named in missing:
+        entry = made.get(max_tokens)
+        weights = _weights_of(model, entry["graph"], entry["constants"]) if entry else None
+        if weights is None:
+            left.append((max_tokens, key, named))
+            continue
+        if key is not None:
+            cache.put_trace(key, entry)
+        found[max_tokens] = Traced(entry["graph"], weights, entry["structure"], cached=False)
+    return left
 
 
 def _weights_of(model, graph, constants: dict) -> dict | None:
@@ -109,11 +139,34 @@ def trace_keys(model, inputs, archs, cache, model_file, reporter, dynamic: Dynam
         return {a: None for a in archs}
 
 
+def trace_beside(model, inputs, arch, cache, keys: list, dynamic: Dynamic | None = None,
+                 classes: tuple = (None,)):
+    """The traces ``trace_stage`` would make for these classes (those whose ``keys`` find no
+    entry in the cache), made now in a child process forked from this one (``forked``), which
+    traces its size classes one after the other; None when all may be cached. Give it to
+    ``trace_stage(beside=...)``."""
+    from . import forked
+    from .entry import trace_classes
+
+    missing = tuple(t for t, key in zip(classes, keys) if key is None or not cache.may_have_trace(key))
+    if not missing:
+        return None
+
+    def trace():
+        os.environ[forked.DISABLE] = "1"  # its classes one after the other: the CPUs are taken
+        traced = trace_classes(model, inputs, arch, missing, dynamic=dynamic)
+        return {t: {"graph": graph, "structure": structure, "constants": _lifted_constants(model, weights)}
+                for t, (graph, weights, structure) in zip(missing, traced)}
+
+    return forked.Child(trace)
+
+
 def trace_stage(model, inputs, arch, cache, keys: list, reporter, where: list[str], dynamic: Dynamic | None = None,
-                classes: tuple = (None,)) -> list[Traced]:
+                classes: tuple = (None,), beside=None) -> list[Traced]:
     """The trace for ``sm_{arch}`` of each size class in ``classes`` (``dynamic``'s, by their
     ``max_tokens``; None: every size), from the cache when its key in ``keys`` finds one that
-    fits; the others traced together (one export). ``where`` names each trace in messages."""
+    fits; the others from ``beside`` (``trace_beside``'s child) where it made them, else traced
+    here together (one export). ``where`` names each trace in messages."""
     found: dict = {}
     for max_tokens, key, named in zip(classes, keys, where):
         entry = cache.get_trace(key) if key is not None else None
@@ -127,6 +180,8 @@ def trace_stage(model, inputs, arch, cache, keys: list, reporter, where: list[st
         else:
             reporter.detail(f"{named}: the cached trace does not fit the model; tracing again")
     missing = [(t, key, named) for t, key, named in zip(classes, keys, where) if t not in found]
+    if beside is not None:
+        missing = _from_beside(beside, missing, model, reporter, cache, found)
     if missing:
         from .entry import trace_classes
 

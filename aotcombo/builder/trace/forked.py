@@ -1,18 +1,23 @@
-"""Size classes traced side by side: each class but the last in a child process forked from this
-one, while this process traces the last (``entry.trace_classes``). The classes share the export
-and its decompositions, done before the fork, so a child starts with the exported program in
-its memory; each then spends seconds of one CPU in Inductor. BERT-base built with
-``--dynamic batch=1:32,seq=1:512`` on 2 CPUs: two classes in 5.9 + 4.0 s one after the other.
+"""Traces side by side, in a child process forked from the build's, on a second CPU:
 
-A child sends back what the trace cache stores (the plain-data graph and the outputs' nesting)
-and, for the weights, which of them are the model's own tensors. A child that fails, or does not
-answer within ``WAIT_FACTOR`` times this process's own trace (a lock held at the fork, never
-released in the child), is stopped and its class traced here again: the error a user sees is
-the one this process raises, and a build is never lost to the fork.
+- the next arch's (or batch size's) trace while this process traces one (``cached.trace_beside``:
+  the child starts with the model and the example inputs in its memory);
+- else a dynamic build's size classes: each class but the largest in a child, forked once the
+  export and its decompositions are done, while this process compiles the largest
+  (``entry.trace_classes``).
+Each trace is seconds of one CPU, in torch.export and Inductor (BERT-base, --dynamic
+batch=1:32,seq=1:512: two classes in 5.9 + 4.0 s one after the other).
+
+A child sends back what the trace cache stores (the plain-data graph, the outputs' nesting, the
+weights by name). A child that fails, or does not answer within ``WAIT_FACTOR`` times the time
+this process took meanwhile (a lock held at the fork, never released in the child), is stopped
+and its trace made here again: the error a user sees is the one this process raises, and a
+build is never lost to the fork.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import select
@@ -34,6 +39,20 @@ def available() -> bool:
     return cpus >= 2
 
 
+@contextlib.contextmanager
+def disabled():
+    """No child forked inside (``available`` False): the CPUs are taken."""
+    before = os.environ.get(DISABLE)
+    os.environ[DISABLE] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[DISABLE]
+        else:
+            os.environ[DISABLE] = before
+
+
 class Child:
     """A forked child computing ``fn()``; ``result`` waits for its value."""
 
@@ -51,7 +70,7 @@ class Child:
             os.close(read)
             _run_child(fn, write)  # never returns
         os.close(write)
-        self.pid, self.read = pid, read
+        self.pid, self.read, self.started = pid, read, time.monotonic()
 
     def result(self, timeout: float):
         """``(value, None)``, or ``(None, why)`` when the child failed or took past ``timeout`` s."""

@@ -1,6 +1,6 @@
-"""Size classes traced side by side (``trace/forked.py``): a class's trace in a forked child gives
-the same program as in this process; a child that fails or hangs is stopped and its class traced
-here, with a note; and ``forked.Child`` on its own."""
+"""Traces side by side (``trace/forked.py``): a size class's, or the next arch's, trace in a forked
+child gives the same program as in this process; a child that fails or hangs is stopped and its
+trace made here, with a note; and ``forked.Child`` on its own."""
 
 import os
 import sys
@@ -12,7 +12,7 @@ from torch import nn
 
 from aotcombo import progress
 from aotcombo.builder.pipeline import build_package
-from aotcombo.builder.trace import entry, forked
+from aotcombo.builder.trace import cached, entry, forked
 from aotcombo.runtime.manifest import Dynamic
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="children are forked on Linux only")
@@ -58,13 +58,22 @@ class Block(nn.Module):
         return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
 
 
-def _build(tmp_path, name, reporter=None):
+def _build(tmp_path, name, reporter=None, archs=("sm_90",)):
     torch.manual_seed(0)
     model = Block().eval()
-    result = build_package(model, (torch.randn(2, 5, 128),), arch=["sm_90"], name=name, out=tmp_path / name,
+    result = build_package(model, (torch.randn(2, 5, 128),), arch=list(archs), name=name, out=tmp_path / name,
                            shapes=Dynamic(batch=(1, 4), seq=(1, 16)), dynamic_axes={"x": {0: "batch", 1: "seq"}},
                            cache=False, jobs=1, reporter=reporter)
     return [(v.max_tokens, v.program, v.plan.graph) for v in result.variants], result.weights
+
+
+class Notes(progress.Reporter):
+    def __init__(self):
+        super().__init__(quiet=True)
+        self.notes = []
+
+    def detail(self, text):
+        self.notes.append(text)
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +85,7 @@ def one_after_the_other(tmp_path_factory):
 
 def _same(built, reference):
     (variants, weights), (ref_variants, ref_weights) = built, reference
-    assert len(variants) == len(ref_variants) == 2
+    assert len(variants) == len(ref_variants) and len(variants) in (2, 4)
     for (tokens, program, graph), (ref_tokens, ref_program, ref_graph) in zip(variants, ref_variants):
         assert tokens == ref_tokens
         assert program.replace("forked", "serial") == ref_program and graph == ref_graph
@@ -108,14 +117,48 @@ def test_a_class_whose_child_failed_is_traced_here(tmp_path, one_after_the_other
             _fails() if trouble == "fails" else _hangs()
         raise AssertionError("the parent never runs a child's part")
 
-    notes = []
-
-    class Reporter(progress.Reporter):
-        def detail(self, text):
-            notes.append(text)
-
     monkeypatch.setattr(entry, "_portable", portable)
     monkeypatch.setattr(forked, "wait_seconds", lambda own: 2.0)
-    _same(_build(tmp_path, "forked", Reporter(quiet=True)), one_after_the_other)
+    reporter = Notes()
+    _same(_build(tmp_path, "forked", reporter), one_after_the_other)
     why = "ValueError: bad class" if trouble == "fails" else "no answer in 2 s"
-    assert any(f"failed ({why}); tracing them here" in note for note in notes), notes
+    assert any(f"failed ({why}); tracing them here" in note for note in reporter.notes), reporter.notes
+
+
+@pytest.fixture(scope="module")
+def two_archs_one_after_the_other(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(forked.DISABLE, "1")
+        return _build(tmp_path_factory.mktemp("serial2"), "serial", archs=("sm_80", "sm_90"))
+
+
+def test_the_next_arch_traced_beside_as_one_after_the_other(tmp_path, two_archs_one_after_the_other, monkeypatch):
+    if not forked.available():
+        pytest.skip("one CPU: no child")
+    started = []
+    original = cached.trace_beside
+
+    def counted(*args, **kwargs):
+        started.append(args[2])  # the arch
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr("aotcombo.builder.pipeline.trace_beside", counted)
+    _same(_build(tmp_path, "forked", archs=("sm_80", "sm_90")), two_archs_one_after_the_other)
+    assert started == [90]
+
+
+def test_an_arch_whose_child_failed_is_traced_here(tmp_path, two_archs_one_after_the_other, monkeypatch):
+    if not forked.available():
+        pytest.skip("one CPU: no child")
+    parent, original = os.getpid(), entry.trace_classes
+
+    def trace_classes(*args, **kwargs):
+        if os.getpid() != parent:
+            _fails()
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(entry, "trace_classes", trace_classes)
+    reporter = Notes()
+    _same(_build(tmp_path, "forked", reporter, archs=("sm_80", "sm_90")), two_archs_one_after_the_other)
+    assert any("sm_90" in n and "failed (ValueError: bad class); tracing it here" in n for n in reporter.notes), \
+        reporter.notes
