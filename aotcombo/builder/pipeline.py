@@ -143,28 +143,33 @@ def _variants(build: Build) -> None:
         # on 2 CPUs: its 12 kernels' compile 2.0-2.2 -> 1.3 s after the trace.
         scheduler.start_pool()
     unused = set()  # size classes with no kernel of ours: the program for every size serves them
-    ahead = None  # the next step's traces, made meanwhile in a child (trace_beside)
-    for index, (batch, arch) in enumerate(steps):
-        classes = tuple(t for t in build.classes if t not in unused)
-        at = f"sm_{arch}" if batch is None else f"{build.shapes.axis} {batch}, sm_{arch}"
-        names = [at + (f", calls of up to {t} tokens" if t is not None and len(build.classes) > 1 else "")
-                 for t in classes]
-        made, ahead = ahead, None
-        if beside and made is None and index + 1 < len(steps):  # this step here, the next one beside it
-            after_batch, after_arch = steps[index + 1]
-            ahead = trace_beside(build.model, build.by_batch[after_batch], after_arch, build.cache,
-                                 [build.keys[after_batch, t][after_arch] for t in build.classes], build.dynamic,
-                                 build.classes)
-        with forked.disabled() if beside else nullcontext():  # the CPUs are the two steps'
-            traces = trace_stage(build.model, build.by_batch[batch], arch, build.cache,
-                                 [build.keys[batch, t][arch] for t in classes], reporter, names, build.dynamic,
-                                 classes, beside=made)
-        for tokens, where, traced in zip(classes, names, traces):
-            if not _variant(build, batch, arch, tokens, where, traced):
-                unused.add(tokens)
-        # Workers, if the compiles ahead are worth them: they start while the next
-        # shape or arch is traced, and take this one's kernels meanwhile.
-        scheduler.plan_pool(archs_left=len(steps) - index - 1)
+    ahead = made = None  # the next step's traces, made meanwhile in a child (trace_beside)
+    try:
+        for index, (batch, arch) in enumerate(steps):
+            classes = tuple(t for t in build.classes if t not in unused)
+            at = f"sm_{arch}" if batch is None else f"{build.shapes.axis} {batch}, sm_{arch}"
+            names = [at + (f", calls of up to {t} tokens" if t is not None and len(build.classes) > 1 else "")
+                     for t in classes]
+            made, ahead = ahead, None
+            if beside and made is None and index + 1 < len(steps):  # this step here, the next one beside it
+                after_batch, after_arch = steps[index + 1]
+                ahead = trace_beside(build.model, build.by_batch[after_batch], after_arch, build.cache,
+                                     [build.keys[after_batch, t][after_arch] for t in build.classes],
+                                     build.dynamic, build.classes)
+            with forked.disabled() if beside else nullcontext():  # the CPUs are the two steps'
+                traces = trace_stage(build.model, build.by_batch[batch], arch, build.cache,
+                                     [build.keys[batch, t][arch] for t in classes], reporter, names, build.dynamic,
+                                     classes, beside=made)
+            for tokens, where, traced in zip(classes, names, traces):
+                if not _variant(build, batch, arch, tokens, where, traced):
+                    unused.add(tokens)
+            # Workers, if the compiles ahead are worth them: they start while the next
+            # shape or arch is traced, and take this one's kernels meanwhile.
+            scheduler.plan_pool(archs_left=len(steps) - index - 1)
+    finally:  # a step that failed: the child tracing beside it is stopped (a no-op once read)
+        for child in (made, ahead):
+            if child is not None:
+                child.stop()
 
 
 def _variant(build: Build, batch, arch: int, tokens, where: str, traced) -> bool:

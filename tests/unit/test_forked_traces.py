@@ -162,3 +162,23 @@ def test_an_arch_whose_child_failed_is_traced_here(tmp_path, two_archs_one_after
     _same(_build(tmp_path, "forked", reporter, archs=("sm_80", "sm_90")), two_archs_one_after_the_other)
     assert any("sm_90" in n and "failed (ValueError: bad class); tracing it here" in n for n in reporter.notes), \
         reporter.notes
+
+
+def test_a_failed_build_stops_the_child_tracing_beside_it(tmp_path, monkeypatch):
+    if not forked.available():
+        pytest.skip("one CPU: no child")
+    children = []
+    original = forked.Child.__init__
+
+    def kept(self, fn):
+        original(self, fn)
+        children.append(self)
+
+    def fails(*args, **kwargs):
+        raise ValueError("the first arch's plan")
+
+    monkeypatch.setattr(forked.Child, "__init__", kept)
+    monkeypatch.setattr("aotcombo.builder.pipeline._variant", fails)
+    with pytest.raises(ValueError, match="the first arch's plan"):
+        _build(tmp_path, "fails", archs=("sm_80", "sm_90"))
+    assert len(children) == 1 and children[0].pid is None  # stopped and reaped
