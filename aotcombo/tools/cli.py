@@ -28,7 +28,9 @@ build cache: compiled kernels and traces are kept in $AOTCOMBO_CACHE_DIR, else
 $XDG_CACHE_HOME/aotcombo, else ~/.cache/aotcombo, so an unchanged model rebuilds in
 seconds; --no-cache (or AOTCOMBO_NO_CACHE=1) builds from scratch without reading or
 writing it. The same model, inputs, archs and tool versions give byte-identical
-wheels, cached or not.
+wheels, cached or not. On Linux with two CPUs or more, traces run two at a time
+(each arch beside the one before, in a forked process; or a dynamic build's two
+programs); AOTCOMBO_TRACE_PROCESSES=1 traces one after the other.
 """
 
 NATIVE_HELP = """C extensions: a build writes two wheels. NAME-VERSION-py3-none-any.whl is pure
