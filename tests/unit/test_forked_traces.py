@@ -112,12 +112,12 @@ def test_a_class_whose_child_failed_is_traced_here(tmp_path, one_after_the_other
         pytest.skip("one CPU: no child")
     parent = os.getpid()
 
-    def portable(*args):
+    def as_plain(*args):
         if os.getpid() != parent:  # in the child only
             _fails() if trouble == "fails" else _hangs()
         raise AssertionError("the parent never runs a child's part")
 
-    monkeypatch.setattr(entry, "_portable", portable)
+    monkeypatch.setattr(entry, "_as_plain", as_plain)
     monkeypatch.setattr(forked, "wait_seconds", lambda own: 2.0)
     reporter = Notes()
     _same(_build(tmp_path, "forked", reporter), one_after_the_other)

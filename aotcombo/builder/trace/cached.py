@@ -1,25 +1,21 @@
 """The trace stage, through the build cache: ``entry.trace_model`` or a cached trace that fits.
 
 Tracing (torch.export + Inductor) takes seconds per arch and dominates a rebuild, so
-its result is cached under ``cache.trace_keys``. A cached trace holds the plain-data
-graph, the nesting of the model's outputs and the values of constants the trace lifted
-out of ``forward``; the weights themselves always come from the model being built, and
-a cached graph is used only when its inputs and weights still match the model's.
+its result is cached under ``cache.trace_keys``, as plain data (``plain``): the weights
+themselves always come from the model being built, and a cached graph is used only when
+its inputs and weights still match the model's.
 """
 
 from __future__ import annotations
 
-import operator
 import os
 import time
 from dataclasses import dataclass
 
-import torch
-
 from ...runtime.inputs import at_sizes
 from ...runtime.manifest import Dynamic
 from .. import graph as g
-from ..kernels.linear import combine as linears
+from .plain import entry_of, weights_of
 
 
 @dataclass
@@ -48,7 +44,7 @@ def _from_beside(child, missing: list, model, reporter, cache, found: dict) -> l
     left = []
     for max_tokens, key, named in missing:
         entry = made.get(max_tokens)
-        weights = _weights_of(model, entry["graph"], entry["constants"]) if entry else None
+        weights = weights_of(model, entry["graph"], entry["constants"]) if entry else None
         if weights is None:
             left.append((max_tokens, key, named))
             continue
@@ -56,48 +52,6 @@ def _from_beside(child, missing: list, model, reporter, cache, found: dict) -> l
             cache.put_trace(key, entry)
         found[max_tokens] = Traced(entry["graph"], weights, entry["structure"], cached=False)
     return left
-
-
-def _weights_of(model, graph, constants: dict) -> dict | None:
-    """The model's tensors for the graph's weight inputs (None if one is missing).
-
-    ``constants``: tensors that are not attributes of the model (literals of its
-    ``forward`` that export lifted), stored with the cached trace."""
-    weights = {}
-    for i in graph.inputs:
-        if i.kind != "weight":
-            continue
-        try:
-            weights[i.key] = linears.combined(model, i.key) if linears.parts(i.key) else \
-                operator.attrgetter(i.key)(model).detach()
-        except AttributeError:
-            if i.key not in constants:
-                return None
-            weights[i.key] = _tensor_from_plain(constants[i.key])
-    return weights
-
-
-def _lifted_constants(model, weights: dict) -> dict:
-    """The weights a trace found that are not attributes of the model, as plain data."""
-    out = {}
-    for key, tensor in weights.items():
-        if linears.parts(key):  # made from the model's own tensors at each build
-            continue
-        try:
-            operator.attrgetter(key)(model)
-        except AttributeError:
-            t = tensor.detach().contiguous()
-            out[key] = (str(t.dtype).removeprefix("torch."), tuple(t.shape),
-                        t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return out
-
-
-def _tensor_from_plain(plain) -> torch.Tensor:
-    dtype, shape, data = plain
-    dtype = getattr(torch, dtype)
-    if not data:
-        return torch.empty(shape, dtype=dtype)
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype).reshape(shape).clone()
 
 
 def _fits(graph, inputs, weights) -> bool:
@@ -155,8 +109,7 @@ def trace_beside(model, inputs, arch, cache, keys: list, dynamic: Dynamic | None
     def trace():
         os.environ[forked.DISABLE] = "1"  # its classes one after the other: the CPUs are taken
         traced = trace_classes(model, inputs, arch, missing, dynamic=dynamic)
-        return {t: {"graph": graph, "structure": structure, "constants": _lifted_constants(model, weights)}
-                for t, (graph, weights, structure) in zip(missing, traced)}
+        return {t: entry_of(model, *trace) for t, trace in zip(missing, traced)}
 
     return forked.Child(trace)
 
@@ -173,7 +126,7 @@ def trace_stage(model, inputs, arch, cache, keys: list, reporter, where: list[st
         if entry is None:
             continue
         graph, structure = entry["graph"], entry["structure"]
-        weights = _weights_of(model, graph, entry.get("constants") or {})
+        weights = weights_of(model, graph, entry.get("constants") or {})
         if graph.arch == arch and graph.dynamic == dynamic and weights is not None and _fits(graph, inputs, weights):
             reporter.line(f"trace for {named}: from the build cache")
             found[max_tokens] = Traced(graph, weights, structure, cached=True)
@@ -190,7 +143,7 @@ def trace_stage(model, inputs, arch, cache, keys: list, reporter, where: list[st
             traced = trace_classes(model, inputs, arch, tuple(t for t, _, _ in missing), dynamic=dynamic,
                                    note=reporter.detail)
         for (max_tokens, key, named), (graph, weights, structure) in zip(missing, traced):
-            entry = {"graph": graph, "structure": structure, "constants": _lifted_constants(model, weights)}
+            entry = entry_of(model, graph, weights, structure)
             if key is not None and not cache.put_trace(key, entry):
                 reporter.detail(f"{named}: the trace holds values the build cache does not store; not cached")
             found[max_tokens] = Traced(graph, weights, structure, cached=False)

@@ -24,7 +24,6 @@ TRACE_CONFIG_MODULES = (
 )
 
 
-
 def trace_config_changes() -> dict[str, dict | None]:
     """The settings of each imported trace config module whose value is not the default
     (None: the module cannot be read). A module not imported yet holds its defaults, and

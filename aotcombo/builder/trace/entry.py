@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import functools
 import math
-import operator
 import time
 
 import torch
@@ -24,7 +23,7 @@ from ...runtime.manifest import Dynamic
 from .. import graph as g
 from ..inputs.usercode import where
 from ..kernels.linear import combine as linear_combine, match as linear_match, quant as linear_quant, quant_match
-from . import decompositions, forked
+from . import decompositions, forked, plain
 from .attention_inputs import drop_copies_before_attention
 from .attention_masks import make_masks_additive
 from .capture import run_inductor
@@ -101,11 +100,11 @@ def trace_classes(module: torch.nn.Module, example_inputs: tuple, arch: int, cla
 def _compile_side_by_side(ep, module, classes: tuple, compile_class) -> tuple[dict, dict]:
     """``compile_class(ep, max_tokens=...)`` for each class: each but the largest (the most tokens;
     None: every size) in a child forked now, with the program as it is, while this process compiles
-    the largest on ``ep`` itself. Returns the traces by class, and why for each class whose child
-    failed (then not among the traces)."""
+    the largest on ``ep`` itself. A child sends its trace back as the build cache stores it
+    (``plain``). Returns the traces by class, and why for each class whose child failed (then not
+    among the traces)."""
     largest = max(classes, key=lambda t: math.inf if t is None else t)
-    shared = dict(ep.constants)  # the lifted constants, as the children have them
-    children = {t: forked.Child(functools.partial(_portable, compile_class, ep, t, module))
+    children = {t: forked.Child(functools.partial(_as_plain, compile_class, ep, t, module))
                 for t in classes if t != largest}
     done, failed = {}, {}
     try:
@@ -113,33 +112,21 @@ def _compile_side_by_side(ep, module, classes: tuple, compile_class) -> tuple[di
         done[largest] = compile_class(ep, max_tokens=largest)
         wait = forked.wait_seconds(time.perf_counter() - started)
         for t, child in children.items():
-            value, why = child.result(wait)
-            if value is None:
-                failed[t] = why
+            entry, why = child.result(wait)
+            weights = plain.weights_of(module, entry["graph"], entry["constants"]) if entry else None
+            if weights is None:
+                failed[t] = why or "a weight of its trace is not the model's"
                 continue
-            graph, refs, structure = value
-            weights = {key: real_tensor(module, key, shared) if ref is None else ref for key, ref in refs.items()}
-            done[t] = graph, weights, structure
+            done[t] = entry["graph"], weights, entry["structure"]
     finally:
         for child in children.values():
             child.stop()
     return done, failed
 
 
-def _portable(compile_class, ep, max_tokens, module) -> tuple:
-    """In a child: the class's trace, its weights that the parent holds too (the model's tensors and
-    the constants lifted before the fork) named, not copied: None in their place."""
-    before = set(ep.constants)
-    graph, weights, structure = compile_class(ep, max_tokens=max_tokens)
-    return graph, {key: None if _held(module, key) or key in before else t for key, t in weights.items()}, structure
-
-
-def _held(module, key: str) -> bool:
-    try:
-        operator.attrgetter(key)(module)
-    except AttributeError:
-        return False
-    return True
+def _as_plain(compile_class, ep, max_tokens, module) -> dict:
+    """In a child: the class's trace, as plain data."""
+    return plain.entry_of(module, *compile_class(ep, max_tokens=max_tokens))
 
 
 def _compile(ep, module, arch: int, inductor_combo_kernels: bool, dynamic: Dynamic | None, max_tokens: int | None):

@@ -8,9 +8,10 @@
 Each trace is seconds of one CPU, in torch.export and Inductor (BERT-base, --dynamic
 batch=1:32,seq=1:512: two classes in 5.9 + 4.0 s one after the other).
 
-A child sends back what the trace cache stores (the plain-data graph, the outputs' nesting, the
-weights by name). A child that fails, or does not answer within ``WAIT_FACTOR`` times the time
-this process took meanwhile (a lock held at the fork, never released in the child), is stopped
+A child sends back what the trace cache stores (``plain``: the plain-data graph, the outputs'
+nesting, the constants the trace lifted); the build's process takes the weights from its own
+model. A child that fails, or does not answer within ``WAIT_FACTOR`` times the time this
+process took meanwhile (a lock held at the fork, never released in the child), is stopped
 and its trace made here again: the error a user sees is the one this process raises, and a
 build is never lost to the fork.
 """
@@ -94,7 +95,6 @@ class Child:
         except Exception as exc:  # noqa: BLE001 - a child that died before writing
             return None, f"no result ({type(exc).__name__})"
         return (value, None) if status == "ok" else (None, value)
-
 
     def stop(self) -> None:
         """End the child (if still running) and reap it; nothing once done."""
