@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import sys
 from pathlib import Path
 
-from performance_format import ROOT, MissingResults, Page, call_table, jsonl, ms, ratio, shown, span, table
+from performance_build import section_build_times
+from performance_format import (ROOT, MissingResults, Page, call_table, device_of, jsonl, ms, ratio, shown,
+                                sources_line, span, table)
 from performance_llm import section_llama_8b, section_llm_batch, section_sampling, section_tensor_parallel
 
 SOURCES = {
@@ -59,6 +60,8 @@ SOURCES = {
     "cold_start": ["results.json", "cold_start.json"],
     # benchmarks/memory_bench.py: a call's memory and time, the build before buffers were released and after
     "memory": ["memory/mem_static.jsonl", "memory/mem_dyn.jsonl"],
+    # scripts/build_times.py: the build command, static against two dynamic axes (no GPU)
+    "build_times": ["build_times/build_times.jsonl"],
 }
 MEMORY_BEFORE_AFTER = ("_old", "")  # memory_bench.py's packages: the build before (name + "_old"), and after
 
@@ -67,7 +70,6 @@ SAMPLES = ("branches", "transformer_block", "adam_step", "conv_block")
 # A Llama 3.2 1B decode step reads every weight once (the tied LM head once) and its 33.5 MB cache
 # (benchmarks/results/full_size/README.md): about 2.50 GB per token.
 LLAMA_1B_DECODE_BYTES = 2.50e9
-DEVICE = re.compile(r"(NVIDIA [^,(\n]*?)\s*(?:\([^)\n]*\))?,\s*torch ([0-9][^\s,;]*)")
 
 
 # --- reading -----------------------------------------------------------------------------------
@@ -88,43 +90,6 @@ def _rows(results: Path, names: list[str]) -> dict[str, dict]:
             if "model" in row:
                 rows[row["model"]] = row
     return rows
-
-
-def device_of(results: Path, name: str) -> str:
-    """The GPU and torch a result file was measured with, from the file itself, its log, or its folder."""
-    path = results / name
-    if path.suffix == ".json":
-        data = json.loads(path.read_text())
-        meta = data.get("meta", data)
-        if meta.get("device_name") or meta.get("device"):
-            return f"{meta.get('device_name') or meta.get('device')}, torch {meta.get('torch')}"
-    if path.suffix == ".jsonl" and path.is_file():
-        rows = jsonl(path)
-        if rows and rows[0].get("device"):
-            return f"{rows[0]['device']}, torch {rows[0].get('torch', '?')}"
-    candidates = [path.with_suffix(".log")] + sorted(path.parent.glob("*.log")) + sorted(path.parent.glob("*.json"))
-    for candidate in candidates:
-        if candidate.is_file():
-            match = DEVICE.search(candidate.read_text(errors="replace")[:4000])
-            if match:
-                return f"{match.group(1).strip()}, torch {match.group(2)}"
-    readme = path.parent / "README.md"
-    if readme.is_file():
-        match = re.search(r"\b(H100|H200)\b", readme.read_text())
-        torch = re.search(r"torch (\d+\.\d+)", readme.read_text())
-        if match:
-            where = shown(readme)
-            return f"NVIDIA {match.group(1)}{', torch ' + torch.group(1) if torch else ''} (named in {where})"
-    return "device not recorded"
-
-
-# --- formatting --------------------------------------------------------------------------------
-
-
-def sources_line(results: Path, names: list[str]) -> str:
-    shown_names = ", ".join(f"`{shown(results / n)}`" for n in names)
-    devices = sorted({device_of(results, n) for n in names})
-    return f"Source: {shown_names}. Device: {'; '.join(devices)}."
 
 
 # --- sections ----------------------------------------------------------------------------------
@@ -365,6 +330,7 @@ def document(results: Path, page: Page) -> str:
             "ms before), BERT-base's after its padding mask went to our prefill attention (ours 0.700 ms before). "
             "*MA / default*: max-autotune's time over our default call's."))[0]),
         ("Dynamic axes", lambda: section_axes(results)),
+        ("Build time", lambda: section_build_times(results, SOURCES["build_times"])),
         ("Memory per call", lambda: section_memory(results)),
         ("Llama 3 8B decode", lambda: section_llama_8b(results, SOURCES["llama_8b"], SOURCES["read_bandwidth"][0])),
         ("Tensor parallel", lambda: section_tensor_parallel(results, SOURCES["tensor_parallel"])),

@@ -4,6 +4,7 @@ formatting table cells."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,3 +96,40 @@ def call_table(rows: dict[str, dict], order: list[str]) -> tuple[list[str], list
     header = ["model", "eager", "reduce-overhead", *(["max-autotune"] if autotuned else []), "ours, default `m(x)`",
               "ours, serving path", "RO / default", *(["MA / default"] if autotuned else []), "default / serving"]
     return table(header, out), speedups
+
+
+DEVICE = re.compile(r"(NVIDIA [^,(\n]*?)\s*(?:\([^)\n]*\))?,\s*torch ([0-9][^\s,;]*)")
+
+
+def device_of(results: Path, name: str) -> str:
+    """The GPU and torch a result file was measured with, from the file itself, its log, or its folder."""
+    path = results / name
+    if path.suffix == ".json":
+        data = json.loads(path.read_text())
+        meta = data.get("meta", data)
+        if meta.get("device_name") or meta.get("device"):
+            return f"{meta.get('device_name') or meta.get('device')}, torch {meta.get('torch')}"
+    if path.suffix == ".jsonl" and path.is_file():
+        rows = jsonl(path)
+        if rows and rows[0].get("device"):
+            return f"{rows[0]['device']}, torch {rows[0].get('torch', '?')}"
+    candidates = [path.with_suffix(".log")] + sorted(path.parent.glob("*.log")) + sorted(path.parent.glob("*.json"))
+    for candidate in candidates:
+        if candidate.is_file():
+            match = DEVICE.search(candidate.read_text(errors="replace")[:4000])
+            if match:
+                return f"{match.group(1).strip()}, torch {match.group(2)}"
+    readme = path.parent / "README.md"
+    if readme.is_file():
+        match = re.search(r"\b(H100|H200)\b", readme.read_text())
+        torch = re.search(r"torch (\d+\.\d+)", readme.read_text())
+        if match:
+            where = shown(readme)
+            return f"NVIDIA {match.group(1)}{', torch ' + torch.group(1) if torch else ''} (named in {where})"
+    return "device not recorded"
+
+
+def sources_line(results: Path, names: list[str]) -> str:
+    shown_names = ", ".join(f"`{shown(results / n)}`" for n in names)
+    devices = sorted({device_of(results, n) for n in names})
+    return f"Source: {shown_names}. Device: {'; '.join(devices)}."
