@@ -35,7 +35,11 @@ BLOCK_N, STAGES = 32, 3  # 4 warps, as every attention kernel of ours
 # 19.7. A program for dynamic axes takes 128 rows: its largest sizes cost the most. Swept again
 # (2026-11-27, 32 x 512, us): 128 x 32 at 2 / 4 stages 72.9 / 66.3, 8 warps 78.5, 128 x 64 (8 warps)
 # 89.5, 256 x 32 / 64 (8 warps) 89.2 / 96.9, 64 x 32 72.2, 128 x 16 93.5; the first pass 256 keys
-# a step 63.7 against 65.6 (small shapes the same).
+# a step 63.7 against 65.6 (small shapes the same). Tried, not kept (H200, Triton 3.6, this kernel
+# against variants, CUDA-graph timing, us at 32 x 512 / 16 x 256 / 8 x 383; 2026-11-29): as here 66.7 /
+# 14.4 / 17.0; where a batch's visible keys are one run, a loop masking only its ends 71.8 / 15.8 /
+# 18.5; warp-specialized loops (``tl.range(warp_specialize=True)``) 128 x 64 at 8 warps 80.1 / 17.3 /
+# 17.2, 4 warps 88.1 / 18.8 / 17.5, and at 128 x 32 Triton fails to compile them.
 WIDE_ROWS, NARROW_ROWS, WIDE_FROM_PROGRAMS = 128, 64, 256
 
 
