@@ -9,7 +9,8 @@
 - unless ``--no-exact``, ``full_bert_base_b<B>_s<S>``: BERT-base built for exactly each shape
   ``benchmarks/axes_bench.py`` times (the yardstick a dynamic package is held to).
 All sm_90, build cache off. Prints each build's time and wheel size, and the dynamic build's
-against the static one at the example shape (8 x 128).
+against the static one at the example shape (8 x 128): builds in this one warm process, the model
+loaded once (``scripts/build_times.py`` times the whole command, as a user runs it).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def main() -> None:
     dynamic = timed_build("full_bert_base_dyn", out, model, bert.get_example_inputs(), weights="external",
                           shapes=Dynamic(**BERT_RANGES), dynamic_axes=bert.get_dynamic_axes())
     if static is not None:
-        print(f"dynamic (2 axes) against static at 8 x 128: build time {dynamic[0] / static[0]:.2f}x, "
+        print(f"dynamic (2 axes) against static at 8 x 128, in this process: build time {dynamic[0] / static[0]:.2f}x, "
               f"wheel {dynamic[1] / static[1]:.2f}x", flush=True)
     timed_build("full_bert_base_seq", out, model, bert.get_example_inputs(), weights="external",
                 shapes=SEQ_BUCKETS, dynamic_axes=bert.get_dynamic_axes())
