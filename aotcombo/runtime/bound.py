@@ -168,6 +168,13 @@ class BoundGraphs:
         """The forward on ``inputs``, its outputs in ``targets``: written there by the program
         where it can, copied there after where not."""
         outputs = flatten(self._run(inputs, targets) if self._places else self._run(inputs))[0]
-        rest = [(t, o) for t, o in zip(targets, outputs, strict=True) if o is not t]
+        rest = [(t, o) for t, o in zip(targets, outputs, strict=True) if not _same(t, o)]
         if rest:
             copy_into([t for t, _ in rest], [o for _, o in rest])
+
+
+def _same(target: torch.Tensor, output: torch.Tensor) -> bool:
+    """Whether the program wrote ``output`` in ``target`` itself (the tensor, or a view of the
+    same memory and layout: an output placed around its buffer, outputs.placed_root)."""
+    return output is target or (output.data_ptr() == target.data_ptr() and output.dtype == target.dtype
+                                and output.shape == target.shape and output.stride() == target.stride())

@@ -10,6 +10,11 @@ tensors and no view of them (Python's reference counts of the tensors and the st
 use counts are back to what the slots themselves hold). In a loop ``y = m(x)`` two slots
 alternate; when the caller holds every slot, a call gets a set of its own (``new_set``),
 never one the caller holds. ``StaticOutputs`` is the one slot of ``copy_outputs=False``.
+
+An output that is a view of a buffer the program allocates (a padded LM head's logits, a slice of
+its columns) has that whole buffer around it in its slot, where the buffer is at most a little
+larger (``room``): given the slot, the program allocates the buffer there (``ops.placed_root``) and
+writes the output in place, with no copy out.
 """
 
 from __future__ import annotations
@@ -84,19 +89,30 @@ def copy_into(targets, sources) -> None:
             target.copy_(source)
 
 
+class Slot(list):
+    """A slot's tensors; ``rooms``: for each, (elements before it, elements in all) of the region
+    of its allocation the slot holds for it (its whole buffer, or the tensor alone)."""
+
+    rooms: tuple = ()
+
+
 class OutputSlots:
     """Up to ``keep`` sets (slots) of tensors laid out as ``sources`` (same shapes, strides
     and dtypes), reused once the caller lets go of them; see the module's docstring."""
 
     def __init__(self, sources: list, keep: int = 2):
-        self.layout, self.totals = [], {}
+        self.layout, self.totals, rooms = [], {}, []
         for t in sources:
-            stride = t.stride() if _no_overlap(t) else torch.empty_like(t).stride()  # an expand's: dense
-            span = 1 + sum((n - 1) * s for n, s in zip(t.shape, stride)) if t.numel() else 0
+            dense = _no_overlap(t)
+            stride = t.stride() if dense else torch.empty_like(t).stride()  # an expand's: dense
+            span = span_of(t.shape, stride) if t.numel() else 0
+            head, extent = _buffer_around(t, span) if dense else (0, span)
             step = max(1, SLOT_ALIGN // t.element_size())
             offset = -(-self.totals.get(t.dtype, 0) // step) * step
-            self.layout.append((t.dtype, tuple(t.shape), stride, offset))
-            self.totals[t.dtype] = offset + span
+            self.layout.append((t.dtype, tuple(t.shape), stride, offset + head))
+            self.totals[t.dtype] = offset + extent
+            rooms.append((head, extent))
+        self.rooms = tuple(rooms)
         self.device, self.sources = sources[0].device if sources else None, list(sources)
         self._use_count = storage_use_count  # None: slots are never reused
         self.keep = keep if self._use_count is not None else 0
@@ -121,7 +137,8 @@ class OutputSlots:
     def new_set(self) -> tuple[list, list]:
         """A set of output tensors of its own (not a slot), and its flat storages' handles."""
         flat = {dtype: torch.empty(total, dtype=dtype, device=self.device) for dtype, total in self.totals.items()}
-        tensors = [flat[dtype].as_strided(shape, stride, offset) for dtype, shape, stride, offset in self.layout]
+        tensors = Slot(flat[dtype].as_strided(shape, stride, offset) for dtype, shape, stride, offset in self.layout)
+        tensors.rooms = self.rooms
         return tensors, [storage_handle(f) for f in flat.values()]
 
     def __call__(self) -> list:
@@ -141,6 +158,27 @@ class StaticOutputs:
 
     def free(self) -> int:
         return 0
+
+
+def room(span: int, extent: int) -> bool:
+    """Whether an output slot holds, around an output of ``span`` elements, the whole buffer of
+    ``extent`` elements that output is a view of: when that buffer is at most a quarter (or 4096
+    elements) larger. ``OutputSlots`` and ``ops.placed_root`` decide by it alike."""
+    return span <= extent <= span + max(span // 4, 4096)
+
+
+def span_of(shape, stride) -> int:
+    """Elements from a dense layout's first to its last, both included."""
+    return 1 + sum((n - 1) * s for n, s in zip(shape, stride))
+
+
+def _buffer_around(t: torch.Tensor, span: int) -> tuple[int, int]:
+    """(elements before ``t``, elements in all) of the whole buffer ``t`` is a view of, where a slot
+    holds it (``room``); else (0, ``span``): ``t`` alone."""
+    head, extent = t.storage_offset(), t.untyped_storage().nbytes() // t.element_size()
+    if span and head + span <= extent and room(span, extent):
+        return head, extent
+    return 0, span
 
 
 def _no_overlap(t: torch.Tensor) -> bool:

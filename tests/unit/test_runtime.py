@@ -789,10 +789,12 @@ def test_output_slots_carve_one_allocation_per_dtype():
                torch.arange(7), torch.randn(1, 3)]
     sets = OutputSlots(sources, keep=0)
     first, second = sets(), sets()
-    for a, b, s in zip(first, second, sources):
+    for a, b, s, (head, _) in zip(first, second, sources, sets.rooms):
         assert torch.equal(a, s) and torch.equal(b, s) and a.shape == s.shape and a.dtype == s.dtype
         assert a.numel() == 0 or a.data_ptr() != b.data_ptr() != s.data_ptr()
-        assert a.numel() == 0 or (a.data_ptr() - a.untyped_storage().data_ptr()) % 512 == 0  # as torch aligns
+        start = a.data_ptr() - head * a.element_size()  # the buffer it is a view of, held around it
+        assert a.numel() == 0 or (start - a.untyped_storage().data_ptr()) % 512 == 0  # as torch aligns
+    assert sets.rooms[1] == (1, 24)  # [:, 1:] of 4 x 6: its whole buffer, one element before it
     assert first[1].stride() == (6, 1) and first[0].stride() == (5, 1)  # the source's strides (a program writes there)
     assert first[2].stride() == (2, 1)  # an expand's: dense
     floats = {t.untyped_storage().data_ptr() for t in first if t.dtype == torch.float32}

@@ -60,6 +60,27 @@ def placed_outputs(graph: g.Graph, ops) -> dict[str, int]:
     return {name: k for k, name in enumerate(names) if name in allocated and names.count(name) == 1}
 
 
+def placed_roots(graph: g.Graph, ops, placed: dict[str, int]) -> dict[str, tuple[int, g.View]]:
+    """The buffers the program allocates whose one use as an output is through a view (a padded
+    LM head's logits, a reshape): by name, that output's index among the tensors returned and its
+    view. Given ``aotcombo_out``, the program allocates such a buffer around that output's tensor
+    where its slot holds it (runtime/outputs.py ``placed_root``), so that the view is the output."""
+    allocs = {op.out: op for op in ops if isinstance(op, g.Alloc) and op.out not in placed}
+    views = {op.out: op for op in ops if isinstance(op, g.View)}
+    root_of: dict[str, str] = {}
+    for view in views.values():
+        root_of[view.out] = root_of.get(view.base, view.base)
+    scalars = {op.out for op in ops if isinstance(op, g.Scalar)}
+    names = [o for o in graph.user_outputs if o is not None and o not in scalars]
+    returned_roots = [root_of.get(name, name) for name in names]
+    found = {}
+    for k, name in enumerate(names):
+        root = root_of.get(name)
+        if name in views and root in allocs and returned_roots.count(root) == 1 and names.count(name) == 1:
+            found[root] = (k, views[name])
+    return found
+
+
 def view_roots(ops, placed: dict[str, int]) -> dict[str, str | None]:
     """For each view, the tensor it views at the end of its chain of views when that one may
     start past its storage's beginning (an input, a weight, a placed output), else None
@@ -75,9 +96,13 @@ def view_roots(ops, placed: dict[str, int]) -> dict[str, str | None]:
 
 
 def _op_line(op, combos: dict[str, tuple[int, Combo]], placed: dict[str, int], roots: dict,
-             restride: dict[str, tuple]) -> str:
+             restride: dict[str, tuple], around: dict | None = None) -> str:
     if isinstance(op, g.Alloc):
         s = op.spec
+        if around and op.out in around:  # around the view that is an output
+            k, view = around[op.out]
+            return (f"{op.out} = placed_root({PLACED}, {k}, {_expr(s.shape)}, {_expr(s.stride)}, "
+                    f"{_expr(view.spec.storage_offset)}, {_expr(view.spec.stride)}, torch.{s.dtype}, device)")
         alloc = f"empty_strided({_expr(s.shape)}, {_expr(s.stride)}, dtype=torch.{s.dtype}, device=device)"
         if op.out in placed:
             return f"{op.out} = {alloc} if {PLACED} is None else {PLACED}[{placed[op.out]}]"
@@ -179,14 +204,14 @@ def _overload(op: str):
     return getattr(getattr(getattr(torch.ops, namespace), name, None), overload, None)
 
 
-def _body(plan: Plan, combos: dict, placed: dict, roots: dict, restride: dict) -> list[str]:
+def _body(plan: Plan, combos: dict, placed: dict, roots: dict, restride: dict, around: dict) -> list[str]:
     """forward's lines: each op's, a ``del`` of the names dead after it (``plan.memory``: their
     memory goes back to torch's allocator, or the graph's pool, for the next buffers), then
     the copies back into the inputs the model updates."""
     graph, ops = plan.graph, plan.call_ops
     lines = []
     for op, dead in zip(ops, releases(ops, set(graph.outputs), roots)):
-        lines.append(_op_line(op, combos, placed, roots, restride))
+        lines.append(_op_line(op, combos, placed, roots, restride, around))
         if dead:
             lines.append(f"del {', '.join(dead)}")
     return lines + [f"{name}.copy_({graph.outputs[i]})" for name, i in graph.mutations]
@@ -196,7 +221,8 @@ def render_program(plan: Plan, structure: tuple, name: str) -> str:
     graph = plan.graph
     combos = {c.name: (i, c) for i, c in enumerate(plan.combos)}
     placed = placed_outputs(graph, plan.ops)
-    roots = view_roots(plan.ops, placed)
+    around = placed_roots(graph, plan.call_ops, placed)
+    roots = view_roots(plan.ops, {**placed, **dict.fromkeys(around, -1)})  # a placed root may start past 0
     restride = fresh_outputs(graph, plan.ops)
     return render(
         "program.py.j2",
@@ -206,7 +232,7 @@ def render_program(plan: Plan, structure: tuple, name: str) -> str:
         n_externs=plan.extern_calls,
         inputs=[i.name for i in sorted((i for i in graph.inputs if i.kind == "user"), key=lambda i: i.key)],
         runtime_ops=sorted({_op_call(op.op) for op in plan.ops if isinstance(op, g.Extern) and op.op in RUNTIME_OPS}
-                           | ({"in_strides"} if restride else set())),
+                           | ({"in_strides"} if restride else set()) | ({"placed_root"} if around else set())),
         weights=[i.name for i in graph.inputs if i.kind == "weight"],
         forward_weights=list(plan.load.forward_weights) if plan.load else [i.name for i in graph.inputs
                                                                            if i.kind == "weight"],
@@ -214,7 +240,7 @@ def render_program(plan: Plan, structure: tuple, name: str) -> str:
         group=GROUP if any(g.is_collective(op) for op in plan.ops) else None,
         prepare=[_op_line(op, combos, placed, roots, restride) for op in plan.load_ops],
         load=plan.load,
-        body=_body(plan, combos, placed, roots, restride),
+        body=_body(plan, combos, placed, roots, restride, around),
         result=_structure_expr(structure, iter(graph.user_outputs)),
         ordered_dict="ordered_dict" in _kinds(structure),
     )
