@@ -175,6 +175,6 @@ class BoundGraphs:
 
 def _same(target: torch.Tensor, output: torch.Tensor) -> bool:
     """Whether the program wrote ``output`` in ``target`` itself (the tensor, or a view of the
-    same memory and layout: an output placed around its buffer, outputs.placed_root)."""
+    same memory and layout: an output placed around its buffer, ops.placed_root)."""
     return output is target or (output.data_ptr() == target.data_ptr() and output.dtype == target.dtype
                                 and output.shape == target.shape and output.stride() == target.stride())

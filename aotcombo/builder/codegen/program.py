@@ -64,7 +64,7 @@ def placed_roots(graph: g.Graph, ops, placed: dict[str, int]) -> dict[str, tuple
     """The buffers the program allocates whose one use as an output is through a view (a padded
     LM head's logits, a reshape): by name, that output's index among the tensors returned and its
     view. Given ``aotcombo_out``, the program allocates such a buffer around that output's tensor
-    where its slot holds it (runtime/outputs.py ``placed_root``), so that the view is the output."""
+    where its slot holds it (runtime/ops.py ``placed_root``), so that the view is the output."""
     allocs = {op.out: op for op in ops if isinstance(op, g.Alloc) and op.out not in placed}
     views = {op.out: op for op in ops if isinstance(op, g.View)}
     root_of: dict[str, str] = {}
