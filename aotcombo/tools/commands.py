@@ -64,13 +64,16 @@ def _build(args, reporter) -> int:
     make_inputs = None
     with reporter.stage(f"load {path}", timing_key="load"):
         model, inputs = modelfile.load_model_file(path, args.model_fn, args.inputs_fn)
-        modelfile.run_eager(model, inputs, path=path)
         if args.batch or args.dynamic:
             make_inputs = modelfile.batch_inputs_function(path, args.inputs_fn)
         axes = modelfile.dynamic_axes_of(path, args.axes_fn) if args.dynamic or args.buckets or args.axes_fn else None
         tp_plan = modelfile.defined(path, args.tp_plan_fn, "get_tp_plan") if options.tensor_parallel > 1 else None
-    result = pipeline.build_package(model, inputs, options, reporter=reporter, model_file=path,
-                                    make_inputs=make_inputs, dynamic_axes=axes, tp_plan=tp_plan)
+    try:
+        result = pipeline.build_package(model, inputs, options, reporter=reporter, model_file=path,
+                                        make_inputs=make_inputs, dynamic_axes=axes, tp_plan=tp_plan)
+    except Exception as exc:
+        _blame_the_model(exc, modelfile, model, inputs, path, reporter)
+        raise
     s = result.summary()
     c = result.cache
 
@@ -95,6 +98,22 @@ def _build(args, reporter) -> int:
         for wheel in result.wheels:
             print(wheel)
     return 0
+
+
+def _blame_the_model(exc: Exception, modelfile, model, inputs, path: Path, reporter) -> None:
+    """After a failed build, whether the model itself fails on its example inputs in eager
+    PyTorch: then that (``ModelFileError``, naming the model file's line) is raised from the
+    build's error, the cause a user fixes first. The check costs a forward on the CPU (BERT-base
+    in float16: 3.9 s of a 13 s build), so a build that succeeds never pays it."""
+    from ..errors import BuildError, UnsupportedModelError
+
+    if isinstance(exc, BuildError) and not isinstance(exc, UnsupportedModelError):
+        return  # bad arguments, the environment, the output folder: not the model's doing
+    reporter.detail("the build failed: running the model in eager PyTorch to see whether it fails on its own")
+    try:
+        modelfile.run_eager(model, inputs, path=path)
+    except BuildError as model_error:
+        raise model_error from exc
 
 
 def _inspect(args, reporter) -> int:

@@ -137,6 +137,28 @@ def test_inputs_do_not_fit_the_model(capsys, tmp_path):
     assert_nothing_written(tmp_path / "out")
 
 
+def test_model_that_runs_on_the_gpu_alone_builds(capsys, tmp_path):
+    """The eager run on the CPU only diagnoses a failed build: a model that refuses CPU tensors
+    builds (its trace runs on fake CUDA tensors)."""
+    gpu_only = MLP.replace("    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 16))", """\
+    return GpuOnly()
+
+
+class GpuOnly(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(32, 16)
+
+    def forward(self, x):
+        if not x.is_cuda:
+            raise RuntimeError("this model runs on a GPU")
+        return self.linear(x)""")
+    code, out, err = run(capsys, write(tmp_path, gpu_only), "--out", tmp_path / "out", "--no-native")
+    assert code == 0, err
+    assert "fails on its own example inputs" not in err
+    assert list((tmp_path / "out").glob("*.whl")), out
+
+
 # --- arguments ------------------------------------------------------------------------------
 
 
