@@ -22,7 +22,8 @@ from ...errors import UnsupportedModelError
 from ...runtime.manifest import Dynamic
 from .. import graph as g
 from ..inputs.usercode import where
-from ..kernels.linear import combine as linear_combine, match as linear_match, quant as linear_quant, quant_match
+from ..kernels.linear import combine as linear_combine, float8_tiles, match as linear_match, quant as linear_quant
+from ..kernels.linear import quant_match
 from . import decompositions, forked, plain
 from .attention_inputs import drop_copies_before_attention
 from .attention_masks import make_masks_additive
@@ -83,6 +84,8 @@ def trace_classes(module: torch.nn.Module, example_inputs: tuple, arch: int, cla
             quant_match.recognise(ep, module)  # weights the model dequantizes: one op each
             linear_combine.combine(ep, module)
             linear_combine.fold_residuals(ep)
+            if float8_tiles.unit_scaled(ep.graph, arch):  # per-row float8 linears of few tiles
+                ep.graph_module.recompile()
         freeze_more()  # the exported program, which every class reads (and which a child shares)
         compile_class = functools.partial(_compile, module=module, arch=arch,
                                           inductor_combo_kernels=inductor_combo_kernels, dynamic=dynamic)

@@ -49,7 +49,7 @@ def share_quantized_inputs(graph: torch.fx.Graph) -> int:
     through ``_QUANTIZE_OPS`` back to what they read) made one, in place (and the metadata
     checks on the copies that go); returns how many nodes went."""
     cone: set = set()
-    todo = [_arguments(n)[a] for n in graph.nodes if n.target is aten._scaled_mm.default for a in ("self", "scale_a")]
+    todo = [arguments_of(n)[a] for n in graph.nodes if n.target is aten._scaled_mm.default for a in ("self", "scale_a")]
     while todo:
         node = todo.pop()
         if isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in _QUANTIZE_OPS \
@@ -71,7 +71,7 @@ def share_quantized_inputs(graph: torch.fx.Graph) -> int:
     return gone
 
 
-def _arguments(node) -> dict:
+def arguments_of(node) -> dict:
     """``node``'s arguments by the names of its op's schema, defaults filled in."""
     schema = node.target._schema.arguments
     given = {**{a.name: v for a, v in zip(schema, node.args)}, **node.kwargs}
@@ -104,7 +104,7 @@ def combine_scaled_mm(ep, model: torch.nn.Module, tensors: dict) -> int:
     for node in graph.nodes:
         if node.target is not aten._scaled_mm.default:
             continue
-        a = _arguments(node)
+        a = arguments_of(node)
         weight, scale = _leaf(a["mat2"], tensors, True), _leaf(a["scale_b"], tensors, True)
         bias = a["bias"]
         if weight is None or scale is None or a["scale_result"] is not None or (
