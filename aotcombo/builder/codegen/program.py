@@ -50,12 +50,17 @@ def _op_call(op: str) -> str:
     return f"{prefix}.{name}.{overload}"
 
 
+def _returned_tensors(graph: g.Graph, ops) -> list[str]:
+    """The names of the tensors the program returns, in order (ints left out)."""
+    scalars = {op.out for op in ops if isinstance(op, g.Scalar)}
+    return [o for o in graph.user_outputs if o is not None and o not in scalars]
+
+
 def placed_outputs(graph: g.Graph, ops) -> dict[str, int]:
     """The output buffers the program allocates itself and returns as they are, by name:
     their index among the tensors it returns. Given ``aotcombo_out``, the program writes
     them into ``aotcombo_out[index]`` instead (graph mode's output slots: no copy out)."""
-    scalars = {op.out for op in ops if isinstance(op, g.Scalar)}  # ints: no tensor of the returned ones
-    names = [o for o in graph.user_outputs if o is not None and o not in scalars]
+    names = _returned_tensors(graph, ops)
     allocated = {op.out for op in ops if isinstance(op, g.Alloc)}
     return {name: k for k, name in enumerate(names) if name in allocated and names.count(name) == 1}
 
@@ -70,8 +75,7 @@ def placed_roots(graph: g.Graph, ops, placed: dict[str, int]) -> dict[str, tuple
     root_of: dict[str, str] = {}
     for view in views.values():
         root_of[view.out] = root_of.get(view.base, view.base)
-    scalars = {op.out for op in ops if isinstance(op, g.Scalar)}
-    names = [o for o in graph.user_outputs if o is not None and o not in scalars]
+    names = _returned_tensors(graph, ops)
     returned_roots = [root_of.get(name, name) for name in names]
     found = {}
     for k, name in enumerate(names):
