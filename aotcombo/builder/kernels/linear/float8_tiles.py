@@ -8,7 +8,8 @@ has 64 tiles in o and in down, 96 in q/k/v, for 132 multiprocessors. The same pr
 scales (and the bias) then apply in the op that reads the product, which Inductor writes a kernel for
 (the residual add and the norm after o and down, the rotary embedding after q and k). The result is
 the same: the per-row kernel too scales the float32 sums and rounds once; here the float32 product is
-read back, 4 bytes an element against 2.
+read back, 4 bytes an element against 2. Where an op of another library reads the product itself
+(attention on an unrotated v, the model's output), the scaling is a kernel of its own.
 
 H200, torch 2.11, one ``_scaled_mm`` at Llama 3.2 1B's 512-token shapes (benchmarks/scaled_mm_probe.py,
 CUDA-graph replays, us, per row against unit-scaled into float32): q/k/v 8.84 -> 8.13, o 8.72 -> 6.73,
