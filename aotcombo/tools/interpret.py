@@ -160,6 +160,43 @@ def _interpretable_grid_dependency() -> None:
     cuda.gdc_wait = cuda.gdc_launch_dependents = nothing
 
 
+def _interpretable_byte_permutes() -> None:
+    """Triton's interpreter runs no inline assembly: the quantized GEMV's byte permutes
+    (``quant_gemv.permute_asm``: four bytes made four float32 2^23 + byte, int8's xor'ed with
+    0x80 first, and 2^19 + its high nibble) computed with numpy, any other assembly refused."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
+
+    from ..builder.kernels.linear.quant_gemv import permute_asm
+
+    known = {permute_asm(signed, high): (signed, high) for signed in (False, True) for high in (False, True)}
+    original = InterpreterBuilder.create_inline_asm
+
+    class _Call:
+        def __init__(self, results):
+            self.results = results
+
+        def get_result(self, index):
+            return self.results[index]
+
+    def as_floats(bits, magic: int):
+        return TensorHandle((bits.astype(np.uint32) | np.uint32(magic)).view(np.float32), tl.float32)
+
+    def create_inline_asm(self, asm, constraints, values, types, is_pure, pack):
+        if asm not in known:
+            return original(self, asm, constraints, values, types, is_pure, pack)
+        signed, high = known[asm]
+        data = values[0].data.view(np.uint8)
+        data = data ^ np.uint8(0x80) if signed else data
+        results = [as_floats(data, 0x4B000000)]
+        if high:
+            results.append(as_floats(data & np.uint8(0xF0), 0x49000000))
+        return _Call(results)
+
+    InterpreterBuilder.create_inline_asm = create_inline_asm
+
+
 def _run_here(directory: Path) -> None:
     """The child process: load everything from ``directory``, run, save outputs."""
     from ..builder.codegen.check import load_program
@@ -169,6 +206,7 @@ def _run_here(directory: Path) -> None:
     _interpretable_float8()
     _interpretable_atomics()
     _interpretable_grid_dependency()
+    _interpretable_byte_permutes()
     job = torch.load(directory / "job.pt", weights_only=False)
     kernels = []
     for name, source, grid in job["combos"]:

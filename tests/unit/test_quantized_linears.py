@@ -174,21 +174,24 @@ def test_int4_layouts_as_gemvs(tmp_path, layout):
 @pytest.mark.parametrize("weights", ["int8", "int4_symmetric"])
 def test_integers_made_floats_by_bit_operations(tmp_path, monkeypatch, weights):
     """``recipe.QUANT_CONVERT = "bits"``: each integer or'ed into 2^23's bits, 2^23 subtracted,
-    not converted; the kernels say so, and the outputs are those of the converting ones, bit for bit."""
+    not converted; "perm": the bytes placed into 2^23's bits by byte permutes (inline PTX, which the
+    interpreter computes with numpy); the kernels say so, and the outputs are those of the
+    converting ones, bit for bit."""
     from aotcombo.builder.kernels.linear import recipe
 
     torch.manual_seed(0)
     block = {"int8": lambda: Block(_int8(False)), "int4_symmetric": lambda: Block(_int4("symmetric"))}[weights]()
     fresh = torch.randn(1, 1, 512, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
     outputs = []
-    for mode in ("cvt", "bits"):
+    for mode in ("cvt", "bits", "perm"):
         monkeypatch.setattr(recipe, "QUANT_CONVERT", mode)
         result = _build_and_check(block, 1, tmp_path / mode)
         sources = "\n".join(result.variants[0].sources.values())
-        assert ("0x4B000000" in sources) == (mode == "bits")
+        assert ("0x4B000000" in sources) == (mode != "cvt")
+        assert ("prmt.b32" in sources) == (mode == "perm")
         outputs.append(interpret.run_variant(result, 0, [fresh]))
-    for cvt, bits in zip(*outputs):
-        assert torch.equal(cvt, bits)
+    for cvt, *others in zip(*outputs):
+        assert all(torch.equal(cvt, other) for other in others)
 
 
 def _layouts(model, x) -> list:

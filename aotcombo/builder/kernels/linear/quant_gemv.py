@@ -14,10 +14,10 @@ int8: one weight a byte, ``x`` at the byte's k. int4: two a byte (k = 2 kb, 2 kb
 nibble first unless ``high_first``); a 16-bit x is loaded as 32-bit words, a pair of x a word,
 split by bit operations (no interleave), and the byte ``b = lo + 16 hi`` is used whole:
 ``lo x_lo + hi x_hi = b x_lo + hi (x_hi - 16 x_lo)``, so a byte costs one float of itself and
-one of its high nibble. Integers become floats by or-ing their bits into a power of two's and
-subtracting it (``recipe.QUANT_CONVERT`` "bits"). A zero point, constant or tensor, is applied
-per chunk through the chunk's sum of x (with a scale per output channel and no tensor, the
-constant is folded into that subtraction).
+one of its high nibble. Integers become floats by placing their bits into a power of two's and
+subtracting it (``recipe.QUANT_CONVERT``: "perm", by byte permutes; "bits", or'ed). A zero point,
+constant or tensor, is applied per chunk through the chunk's sum of x (with a scale per output
+channel and no tensor, the constant is folded into that subtraction).
 """
 
 from __future__ import annotations
@@ -126,7 +126,33 @@ def _x_lines(r: Recipe, specs: dict, per_chunk: bool) -> list[str]:
 
 
 def _bits() -> bool:
-    return recipes.QUANT_CONVERT == "bits"
+    return recipes.QUANT_CONVERT in ("bits", "perm")
+
+
+def permute_asm(signed: bool, high: bool) -> str:
+    """PTX making four bytes (one 32-bit register, ``pack=4``) four float32 2^23 + byte (``signed``:
+    byte ^ 0x80, int8's value + 128), one ``prmt`` a byte placing it in the low byte of 2^23's bits
+    (``recipe.QUANT_CONVERT`` "perm"); ``high``: also four 2^19 + its high nibble (the byte & 0xF0
+    placed likewise in 2^19's bits). tools/interpret.py computes these with numpy."""
+    lines = ["{ .reg .b32 t;", "xor.b32 t, $%d, 0x80808080;" if signed else "mov.b32 t, $%d;"]
+    lines += [f"prmt.b32 ${i}, t, 0x4B000000, 0x754{i};" for i in range(4)]
+    if high:
+        lines += ["and.b32 t, t, 0xF0F0F0F0;"] + [f"prmt.b32 ${4 + i}, t, 0x49000000, 0x754{i};" for i in range(4)]
+    return " ".join(lines).replace("%d", str(8 if high else 4)) + " }"
+
+
+def _permuted(signed: bool, high: bool) -> str:
+    """``w``'s bytes as floats by byte permutes (``permute_asm``): one tensor, or (whole, high)."""
+    outputs = 8 if high else 4
+    dtype = "(tl.float32, tl.float32)" if high else "tl.float32"
+    return (f"tl.inline_asm_elementwise({permute_asm(signed, high)!r}, {','.join(['=r'] * outputs) + ',r'!r}, [w], "
+            f"dtype={dtype}, is_pure=True, pack=4)")
+
+
+def _less(value: str, power: float, constant: float) -> str:
+    """``value`` less ``power`` and ``constant``, one subtraction where ``constant`` is whole."""
+    whole = float(constant).is_integer() and abs(constant) < 2 ** 16
+    return f"{value} - {power + (constant if whole else 0.0)!r}" + ("" if whole else f" - {float(constant)!r}")
 
 
 def _minus(value: str, magic: int, constant: float, op: str = "|") -> str:
@@ -142,15 +168,22 @@ def _dequantized(r: Recipe, q: g.TensorSpec, zv: float) -> tuple[list[str], list
     """Lines making the float32 values of the loaded bytes ``w`` (less ``zv``), and the (weight,
     x) pairs whose products sum to the chunk's: int8 ``w`` by ``xa``; int4 the byte ``w`` by ``xl``
     and its high nibble ``hi`` by ``xd`` (``w`` less 17 ``zv``: (lo - zv) + 16 (hi - zv))."""
+    perm = recipes.QUANT_CONVERT == "perm" and (r.quant.bits == 8 or q.dtype == "uint8")
     if r.quant.bits == 8:
-        if not _bits():
+        if perm:
+            signed = q.dtype == "int8"
+            line = _less(_permuted(signed, False), MAGIC[23][1], (128.0 if signed else 0.0) + zv)
+        elif not _bits():
             line = "w.to(tl.float32)" + (f" - {float(zv)!r}" if zv else "")
         elif q.dtype == "int8":  # its byte ^ 0x80 is w + 128, in 0..255 (the two xors one: with 0x4B000080)
             line = _minus("w.to(tl.uint8, bitcast=True).to(tl.int32) ^ 128", 23, 128.0 + zv, "^")
         else:
             line = _minus("w.to(tl.int32)", 23, zv)
         return [f"w = {line}"], [("w", "xa")]
-    if _bits():
+    if perm:
+        lines = [f"w, hi = {_permuted(False, True)}", "hi = " + _less("hi", MAGIC[19][1], zv),
+                 "w = " + _less("w", MAGIC[23][1], 17.0 * zv)]
+    elif _bits():
         lines = ["w = w.to(tl.int32)", "hi = " + _minus("w & 240", 19, zv), "w = " + _minus("w", 23, 17.0 * zv)]
     else:
         lines = ["w = w.to(tl.int32)", "hi = (w >> 4).to(tl.float32)" + (f" - {float(zv)!r}" if zv else ""),

@@ -85,7 +85,15 @@ DECODE_DTYPES = (torch.bfloat16, torch.float16)
 # (twice the rows a thread, a fifth fewer instructions a byte) the same: 0.754, 0.686.
 # QUANT_CONVERT "bits" makes each integer a float by bit operations (its bits or'ed into 2^23's,
 # 2^23 subtracted: exact for 0..255) instead of the conversion instruction (16 a clock per SM on
-# sm_80/sm_90, against 64 to 128 for integer and float ones); "cvt" converts.
+# sm_80/sm_90, against 64 to 128 for integer and float ones); "cvt" converts. "perm" (quant_gemv.permute_asm,
+# inline PTX) does the same with one byte permute a byte: the four bytes of a 32-bit register xor'ed with
+# 0x80 at once (int8), each moved into the low byte of 2^23's bits by a PRMT, int4's high nibbles masked
+# four at once and moved into 2^19's, where "bits" extracted each byte and or'ed it (a LOP3 more a byte):
+# SASS of the quantized_decode sample's GEMVs (sm_90) 4-10 % fewer instructions. H200, 2026-12-01,
+# quantized_llm_bench.py, "bits" and "perm" packages in turn in one run, positions 5 / 1000 (copy 4246
+# GB/s): int8 0.640 / 0.666 -> 0.629 / 0.656 ms (0.741x -> 0.728x bf16's 0.864), int4 0.651 / 0.678 ->
+# 0.641 / 0.667 (0.753x -> 0.742x); the same errors against float32 (the outputs bit for bit, as "cvt"'s
+# under the interpreter: tests/unit/test_quantized_linears.py).
 # Its tiles (but a GLU's): QUANT_GEMV_TILE_BYTES of W a program and step, k steps of QUANT_GEMV_BLOCK_K
 # elements (int8 4 x 2048, int4 8 x 2048), the columns halved while under QUANT_GEMV_MIN_PROGRAMS programs,
 # down to GEMV_MIN_BLOCK_N. H100, quant_gemv_bench.py (2026-11-26, results/quant_gemv/), microseconds, the
@@ -103,7 +111,7 @@ DECODE_DTYPES = (torch.bfloat16, torch.float16)
 # int8 0.649 -> 0.714, int4 0.660 -> 0.675; 64 KB: 1.019, 0.718, 0.676. Without the prefetch those
 # are 0.743x (int8) and 0.756x (int4) bf16's on the H200.
 QUANT_MAX_ROWS = 16
-QUANT_CONVERT = "bits"  # or "cvt"
+QUANT_CONVERT = "perm"  # or "bits", "cvt"
 GEMV_QUANT_WARPS = 4  # a quantized GEMV's
 QUANT_GEMV_TILE_BYTES, QUANT_GEMV_BLOCK_K, QUANT_GEMV_MIN_PROGRAMS = 8192, 2048, 2 * 132
 # float32 products as three tf32 ones (tensor cores): 1.2-1.8e-7 from float64, below the
