@@ -11,10 +11,13 @@ the same: the per-row kernel too scales the float32 sums and rounds once; here t
 read back, 4 bytes an element against 2. Where an op of another library reads the product itself
 (attention on an unrotated v, the model's output), the scaling is a kernel of its own.
 
-H200, torch 2.11, one ``_scaled_mm`` at Llama 3.2 1B's 512-token shapes (benchmarks/scaled_mm_probe.py,
-CUDA-graph replays, us, per row against unit-scaled into float32): q/k/v 8.84 -> 8.13, o 8.72 -> 6.73,
-down 25.2-27.1 -> 17.1; gate/up (512 tiles) 29.8 against 34.0 and the LM head 226 against 267: many
-tiles stay per row. Only sm_90 is measured: other arches keep the per-row call.
+H200, torch 2.11, one ``_scaled_mm`` at Llama 3.2 1B's shapes (benchmarks/scaled_mm_probe.py, CUDA-graph
+replays, us, per row against unit-scaled into float32, the tiles in brackets): 512 tokens q/k/v [96]
+8.84 -> 8.13, o [64] 8.72 -> 6.73, down [64] 25.2-27.1 -> 17.1, gate/up [512] 29.8 against 34.0, the
+LM head 226 against 267; 128 tokens q/k/v [24] 8.77 -> 6.22, o [16] 9.55 -> 5.92, down [16] 22.5 ->
+10.1, gate/up [128] 10.2 against 11.8; 1024 tokens o [128] 9.56 against 10.2, down [128] 27.7 against
+26.9. So a call of at most three quarters as many tiles as multiprocessors (MAX_SHARE) is unit-scaled,
+others stay per row. Only sm_90 is measured: other arches keep the per-row call.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from .combine_float8 import arguments_of
 aten = torch.ops.aten
 TILE = 128  # cuBLASLt's per-row float8 kernel's output tile (rows and columns), sm_90
 MULTIPROCESSORS = {90: 132}  # H100 SXM and H200; the arches measured
+MAX_SHARE = 0.75  # of the multiprocessors: the most tiles a unit-scaled call has
 OUT_DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -39,7 +43,7 @@ def _emit(graph: torch.fx.Graph, op, args: tuple, kwargs: dict | None = None) ->
 
 def _per_row_of_few_tiles(node, multiprocessors: int) -> dict | None:
     """The arguments of ``node``, a per-row float8 ``_scaled_mm`` of static sizes whose output has
-    fewer 128 x 128 tiles than ``multiprocessors``, else None."""
+    at most ``MAX_SHARE`` of ``multiprocessors`` 128 x 128 tiles, else None."""
     if node.op != "call_function" or node.target is not aten._scaled_mm.default:
         return None
     a = arguments_of(node)
@@ -55,7 +59,7 @@ def _per_row_of_few_tiles(node, multiprocessors: int) -> dict | None:
         return None  # a size of the dynamic axes: the tiles are not known
     if tuple(sa.shape) != (m, 1) or tuple(sb.shape) != (1, n) or sa.dtype != torch.float32 or sb.dtype != torch.float32:
         return None
-    return a if cdiv(m, TILE) * cdiv(n, TILE) < multiprocessors else None
+    return a if cdiv(m, TILE) * cdiv(n, TILE) <= MAX_SHARE * multiprocessors else None
 
 
 def unit_scaled(graph: torch.fx.Graph, arch: int) -> int:
