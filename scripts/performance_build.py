@@ -32,6 +32,7 @@ def section_build_times(results: Path, sources: list[str]) -> list[str]:
              "seconds, medians, and the wheel in kB. The stages are those the build prints (`-v`); *after the load*: "
              "the trace, the kernels' compiles and the wheels, without the interpreter's start and the model file's "
              "load. The dynamic build traces two size classes (calls of up to 8 tokens run fused linears of ours), "
-             "the second in a forked process beside the first."), "",
+             "the second in a forked process beside the first. The seconds vary with the machine from day to day; "
+             "the ratios compare builds that took turns."), "",
             *table(["build", *(label for _, label in STAGES), "wheel"], body), "",
             f"Source: `{shown(results / sources[0])}` ({newest}).", ""]
