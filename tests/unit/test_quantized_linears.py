@@ -158,6 +158,9 @@ def test_int4_grouped_at_a_few_rows_on_the_tensor_cores(tmp_path, rows):
     kernels = _ours(result)
     assert len(kernels) == 3 and all("weight int4, scale and zero point per group of 128" in k for k in kernels)
     assert all("gemv" not in k for k in kernels)
+    sources = [s.kernel.source for c in result.variants[0].plan.combos for s in c.subs
+               if s.kernel.heuristic == "matmul"]
+    assert all("0x4B000000" in k for k in sources)  # the default conversion: nibbles or'ed into 2^23's bits
     weights = _weights(result)
     assert weights["q.weight|k.weight|v.weight"] == ("uint8", (768, 256))
     assert weights["q.scale|k.scale|v.scale"] == ("bfloat16", (768, 4))

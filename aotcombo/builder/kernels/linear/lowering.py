@@ -153,7 +153,7 @@ def _dequantize_lines(r: Recipe, q: g.TensorSpec, half: int) -> list[str]:
     quant, groups, q_stride = r.quant, r.k // r.quant.group, q.stride
     rn, rk, mask = "rn[None, :]", "rk[:, None]", "mask_k[:, None] & mask_n[None, :]"
     start = f"{half * r.n * q_stride[0]} + " if half else ""
-    bits = recipes.QUANT_CONVERT == "bits"
+    bits = quant_gemv.by_bits()
     if quant.bits == 8:
         load = f"w = tl.load(w_ptr + {start}{rn} * {q_stride[0]} + {rk} * {q_stride[1]}, mask={mask}, other=0)"
         lines = ([load + ".to(tl.int32)", f"w = {quant_gemv.as_float('w', 128 if q.dtype == 'int8' else 0)}"] if bits

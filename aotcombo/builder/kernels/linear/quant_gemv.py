@@ -125,7 +125,9 @@ def _x_lines(r: Recipe, specs: dict, per_chunk: bool) -> list[str]:
     return lines
 
 
-def _bits() -> bool:
+def by_bits() -> bool:
+    """Whether integers become floats through a power of two's bits (``recipe.QUANT_CONVERT``
+    "bits" or "perm"; the tensor-core tiles, ``lowering``, or them where this loop permutes)."""
     return recipes.QUANT_CONVERT in ("bits", "perm")
 
 
@@ -159,9 +161,7 @@ def _minus(value: str, magic: int, constant: float, op: str = "|") -> str:
     """``value`` (int32, an integer in the low bits of 2^``magic``'s) as float32 less ``constant``:
     ``op``'ed into 2^``magic``'s bits, which is then subtracted, with ``constant`` if whole."""
     bits, power = MAGIC[magic]
-    whole = float(constant).is_integer() and abs(constant) < 2 ** 16
-    as_float = f"(({value}) {op} {bits}).to(tl.float32, bitcast=True) - {power + (constant if whole else 0.0)!r}"
-    return as_float if whole else f"{as_float} - {float(constant)!r}"
+    return _less(f"(({value}) {op} {bits}).to(tl.float32, bitcast=True)", power, constant)
 
 
 def _dequantized(r: Recipe, q: g.TensorSpec, zv: float) -> tuple[list[str], list[tuple[str, str]]]:
@@ -173,7 +173,7 @@ def _dequantized(r: Recipe, q: g.TensorSpec, zv: float) -> tuple[list[str], list
         if perm:
             signed = q.dtype == "int8"
             line = _less(_permuted(signed, False), MAGIC[23][1], (128.0 if signed else 0.0) + zv)
-        elif not _bits():
+        elif not by_bits():
             line = "w.to(tl.float32)" + (f" - {float(zv)!r}" if zv else "")
         elif q.dtype == "int8":  # its byte ^ 0x80 is w + 128, in 0..255 (the two xors one: with 0x4B000080)
             line = _minus("w.to(tl.uint8, bitcast=True).to(tl.int32) ^ 128", 23, 128.0 + zv, "^")
@@ -183,7 +183,7 @@ def _dequantized(r: Recipe, q: g.TensorSpec, zv: float) -> tuple[list[str], list
     if perm:
         lines = [f"w, hi = {_permuted(False, True)}", "hi = " + _less("hi", MAGIC[19][1], zv),
                  "w = " + _less("w", MAGIC[23][1], 17.0 * zv)]
-    elif _bits():
+    elif by_bits():
         lines = ["w = w.to(tl.int32)", "hi = " + _minus("w & 240", 19, zv), "w = " + _minus("w", 23, 17.0 * zv)]
     else:
         lines = ["w = w.to(tl.int32)", "hi = (w >> 4).to(tl.float32)" + (f" - {float(zv)!r}" if zv else ""),
