@@ -253,7 +253,7 @@ def _persistent_rows():
 
 
 def run_inductor(gm, fake_inputs, combo_kernels: bool = False, dynamic: bool = False):
-    from torch._inductor.compile_fx import compile_fx
+    from .direct import compile_without_retrace
 
     import logging
     import tempfile
@@ -265,7 +265,7 @@ def run_inductor(gm, fake_inputs, combo_kernels: bool = False, dynamic: bool = F
         with tempfile.TemporaryDirectory(prefix="aotcombo-inductor-") as cache, quiet, mock.patch.dict(
             "os.environ", {"TORCHINDUCTOR_CACHE_DIR": cache}
         ), _inductor_config(combo_kernels, dynamic), _install_capture(), _note_failing_node(), _persistent_rows():
-            compile_fx(gm, fake_inputs)
+            compile_without_retrace(gm, fake_inputs)
     except BaseException as exc:  # noqa: BLE001 - we look for our marker in the chain
         seen = exc
         while seen is not None:

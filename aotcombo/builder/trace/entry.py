@@ -29,6 +29,7 @@ from .attention_inputs import drop_copies_before_attention
 from .attention_masks import make_masks_additive
 from .capture import run_inductor
 from .causal_masks import causal_masks
+from .direct import decompose_exported
 from .diagnosis import export_failure, inductor_failure, located, quiet_logs
 from .export import export_on_fake_gpu
 from .grouped_heads import read_grouped_heads
@@ -78,7 +79,9 @@ def trace_classes(module: torch.nn.Module, example_inputs: tuple, arch: int, cla
         # Functional ATen: in-place updates of inputs become extra outputs; fallbacks with a
         # plain formulation become ops Inductor writes kernels for (decompositions.py).
         # (Not when counting Inductor's own launches: torch.compile makes those fallbacks.)
-        ep = ep.run_decompositions({} if inductor_combo_kernels else decompositions.table())
+        table = {} if inductor_combo_kernels else decompositions.table()
+        if not decompose_exported(ep, table):  # a program that mutates its buffers: functionalized
+            ep = ep.run_decompositions(table)
         literals_on_the_gpu(ep)
         if not inductor_combo_kernels:
             quant_match.recognise(ep, module)  # weights the model dequantizes: one op each
