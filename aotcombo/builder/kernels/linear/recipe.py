@@ -110,6 +110,11 @@ DECODE_DTYPES = (torch.bfloat16, torch.float16)
 # (prefetch.global.L2, 128-byte lines over its threads) before its PDL wait: bf16 0.874 -> 0.985 ms,
 # int8 0.649 -> 0.714, int4 0.660 -> 0.675; 64 KB: 1.019, 0.718, 0.676. Without the prefetch those
 # are 0.743x (int8) and 0.756x (int4) bf16's on the H200.
+# Tried, not kept (2026-12-02, H200, same bench, old and new packages in turn in one run, positions
+# 5 / 1000): a GEMV with its norm inside reads x for the norm's statistics (a sum across the program)
+# before it asks for W; its first W tile asked for before the statistics instead (one tile's
+# registers, the loop taking it at k0 == 0): bf16 0.867 / 0.872 -> 0.892 / 0.897 ms, int8 0.630 /
+# 0.635 -> 0.635 / 0.640, int4 0.644 / 0.649 -> 0.638 / 0.644; the same errors against float32.
 QUANT_MAX_ROWS = 16
 QUANT_CONVERT = "perm"  # or "bits", "cvt"
 GEMV_QUANT_WARPS = 4  # a quantized GEMV's
