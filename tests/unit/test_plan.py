@@ -228,13 +228,17 @@ def test_a_chain_through_host_ops_is_never_combined():
     (pointwise("p", n=100_000), {"XBLOCK": 1024}),
     (pointwise("small", n=100), {"XBLOCK": 128}),
     (pointwise("tile", n=1000, y=1000), {"XBLOCK": 64, "YBLOCK": 16}),
-    (reduction("pr", x=4096, r=768), {"XBLOCK": 4}),
+    (reduction("pr", x=4096, r=768), {"XBLOCK": 1}),  # a row a program (blocks.PERSISTENT_ROW_A_PROGRAM)
+    (reduction("pr_short", x=4096, r=256), {"XBLOCK": 16}),
+    (reduction("pr_long", x=4096, r=2048), {"XBLOCK": 2}),
     (reduction("lr", x=64, r=100_000, persistent=False), {"XBLOCK": 1, "R0_BLOCK": 2048}),
 ])
 def test_block_rules(kernel, expect):
     chosen = blocks.choose(kernel)
     assert dict(chosen.constexprs) == expect
     assert 1 <= chosen.num_warps <= 8
+    if kernel.name == "pr":
+        assert chosen.num_warps == 4 and chosen.programs == 4096
 
 
 def _dynamic_row_reduction(block, mask=True):

@@ -22,6 +22,14 @@ POINTWISE_BLOCK = 1024
 TILE_ELEMENTS = 1024
 TILED_PERSISTENT_X = 16  # x's share of a tiled persistent reduction's rows; y takes the rest
 PERSISTENT_ELEMENTS = 4096
+# Rows whose block is this many elements (513-1024: a transformer's hidden size of 768) take a
+# program each, 4 warps, where PERSISTENT_ELEMENTS put 4 rows in one with 8 warps. H200, BERT-base
+# fp16 (its layer norms), packages in turn in one run, ms, 3 repeats: 8 x 128 0.700 / 0.695 /
+# 0.691 -> 0.682 / 0.676 / 0.673; 32 x 512 7.003 / 7.022 / 7.027 -> 6.963 / 6.986 / 6.992 (2 rows a
+# program: 0.691 / 0.686 / 0.681 and 6.980 / 7.008 / 7.009; 8: 0.704 / 0.700 / 0.695 and 6.971 /
+# 7.013 / 7.009); ViT-B/16 at batch 8 0.913 / 0.910 / 0.929 -> 0.895 / 0.893 / 0.912; GPT-2 small
+# with its LM head (4 x 256, bf16) 0.887 / 0.884 / 0.884 -> 0.873 / 0.870 / 0.869. Same outputs.
+PERSISTENT_ROW_A_PROGRAM = 1024
 INNER_REDUCTION_BLOCK = 2048
 OUTER_REDUCTION = (64, 8)  # (XBLOCK, R0_BLOCK)
 DEFAULT_REDUCTION = (8, 512)
@@ -109,7 +117,8 @@ def choose(kernel: Kernel) -> Blocks:
                     fix="build with --batch buckets instead of --dynamic")
         rblock = fixed.get("R0_BLOCK", next_power_of_2(r0)) * fixed.get("R1_BLOCK", 1)
         if "XBLOCK" in params:
-            sizes["XBLOCK"] = max(1, min(next_power_of_2(x), PERSISTENT_ELEMENTS // rblock))
+            one_row = rblock == PERSISTENT_ROW_A_PROGRAM and "YBLOCK" not in params
+            sizes["XBLOCK"] = 1 if one_row else max(1, min(next_power_of_2(x), PERSISTENT_ELEMENTS // rblock))
         if "YBLOCK" in params:  # a tiled reduction (MaxViT's window layer norms): x and y share the tile
             if "XBLOCK" in params:
                 sizes["XBLOCK"] = min(sizes["XBLOCK"], TILED_PERSISTENT_X)
