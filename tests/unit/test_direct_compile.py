@@ -136,3 +136,18 @@ def test_a_program_that_mutates_a_buffer_is_left_to_run_decompositions():
     before = ep.graph_module.code
     assert not direct.decompose_exported(ep, {})
     assert ep.graph_module.code == before
+
+
+def test_a_decomposition_that_fails_alone_falls_back_to_the_whole_program_s_trace(monkeypatch):
+    """An op whose decomposition raises when traced by itself: ``run_decompositions`` and
+    ``compile_fx`` trace the program as before, and the kernels are theirs."""
+    torch.manual_seed(0)
+    module, inputs = Block().eval(), (torch.randn(2, 8, 64),)
+    with mock.patch.object(direct, "compile_without_retrace", _by_compile_fx):
+        theirs = _program(module, inputs)
+
+    def fails(node, table, fake_mode):
+        raise RuntimeError(f"{node.target} cannot be traced alone")
+
+    monkeypatch.setattr(direct, "_trace_alone", fails)
+    assert _program(module, inputs) == theirs

@@ -42,9 +42,14 @@ def compile_without_retrace(gm: GraphModule, fake_inputs: list) -> None:
     table = select_decomp_table()
     inner = functools.partial(fx.compile_fx_inner, get_decomp_fn=select_decomp_table, cpp_wrapper=False,
                               fx_wrapper=True)
+    try:
+        with V.set_fake_mode(fake_mode), enable_python_dispatcher():
+            decompose(gm, table, fake_mode)
+    except Exception:  # noqa: BLE001 - an op whose decomposition fails traced alone: the whole program traced
+        fx.compile_fx(gm, fake_inputs)
+        return
     with V.set_fake_mode(fake_mode), tracing(TracingContext(fake_mode)), enable_python_dispatcher(), \
             fx.config.patch(fx.get_cpp_wrapper_config()), V.set_real_inputs(fake_inputs):
-        decompose(gm, table, fake_mode)
         fx.compile_fx_forward(
             gm, fake_inputs, num_orig_model_outputs=fx.get_num_model_outputs(gm), num_example_inputs=len(fake_inputs),
             compiler_config_extra=fx.create_compiler_config_extra(gm), inner_compile=inner, is_inference=True)
@@ -79,9 +84,12 @@ def decompose_exported(ep, table: dict) -> bool:
         return op in table or _decomposes(op, {}) and op not in kept
 
     trace = _cached_traces(table, fake_mode)
-    with _override_composite_implicit_decomp({op: _special_op_to_preserve_cia for op in kept}):
-        subs = {node: trace(node) for node in gm.graph.nodes
-                if node.op == "call_function" and decomposes(node.target)}
+    try:
+        with _override_composite_implicit_decomp({op: _special_op_to_preserve_cia for op in kept}):
+            subs = {node: trace(node) for node in gm.graph.nodes
+                    if node.op == "call_function" and decomposes(node.target)}
+    except Exception:  # noqa: BLE001 - an op whose decomposition fails traced alone: run_decompositions's trace
+        return False
     if any(n.op == "get_attr" for sub in subs.values() for n in sub.graph.nodes):
         return False  # a constant it made: run_decompositions lifts those into the signature
     for node, sub in subs.items():
@@ -104,12 +112,16 @@ def _decomposes(op, table: dict) -> bool:
 
 def decompose(gm: GraphModule, table: dict, fake_mode) -> int:
     """Each node whose op ``table`` (or its composite kernel) decomposes, replaced by the ops its
-    decomposition traces to on the node's fake arguments; returns how many were."""
-    count, trace = 0, _cached_traces(table, fake_mode)
+    decomposition traces to on the node's fake arguments; returns how many were. Every trace is
+    made before any node is replaced: a trace that raises leaves ``gm`` as it was."""
+    trace = _cached_traces(table, fake_mode)
+    subs = {node: trace(node) for node in gm.graph.nodes
+            if node.op == "call_function" and _decomposes(node.target, table)}
+    count = 0
     for node in list(gm.graph.nodes):
         if node.op != "call_function":
             continue
-        sub = trace(node) if _decomposes(node.target, table) else None
+        sub = subs.get(node)
         if sub is not None and not _itself(sub, node.target):
             _splice(gm, node, sub)  # the values Inductor's own propagation replaces
             count += 1
