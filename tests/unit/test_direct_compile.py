@@ -46,10 +46,11 @@ def _program(module, inputs, dynamic=None) -> tuple:
     return kernels, collections.Counter(type(op).__name__ for op in graph.ops), len(graph.kernels)
 
 
-def _by_compile_fx(gm, fake_inputs):
+def _by_compile_fx(gm, fake_inputs, decompositions):
     from torch._inductor.compile_fx import compile_fx
+    from torch._inductor.decomposition import select_decomp_table
 
-    compile_fx(gm, fake_inputs)
+    compile_fx(gm, fake_inputs, decompositions=direct._before(decompositions, select_decomp_table()))
 
 
 @pytest.mark.parametrize("case", ["block", "block_dynamic", "cache"])

@@ -28,8 +28,9 @@ from torch.fx import Graph, GraphModule, Node
 from torch.utils import _pytree as pytree
 
 
-def compile_without_retrace(gm: GraphModule, fake_inputs: list) -> None:
-    """Inductor's compile of ``gm`` (functional ATen, fake values on its nodes) for inference."""
+def compile_without_retrace(gm: GraphModule, fake_inputs: list, decompositions: dict | None = None) -> None:
+    """Inductor's compile of ``gm`` (functional ATen, fake values on its nodes) for inference;
+    ``decompositions``: ours, taking the place of Inductor's for their ops."""
     from torch._dispatch.python import enable_python_dispatcher
     from torch._dynamo.utils import detect_fake_mode
     from torch._guards import TracingContext, tracing
@@ -39,20 +40,31 @@ def compile_without_retrace(gm: GraphModule, fake_inputs: list) -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     fake_mode = detect_fake_mode(fake_inputs) or FakeTensorMode()
-    table = select_decomp_table()
-    inner = functools.partial(fx.compile_fx_inner, get_decomp_fn=select_decomp_table, cpp_wrapper=False,
-                              fx_wrapper=True)
+    table = _before(decompositions or {}, select_decomp_table())
+    inner = functools.partial(fx.compile_fx_inner, get_decomp_fn=lambda: table, cpp_wrapper=False, fx_wrapper=True)
     try:
         with V.set_fake_mode(fake_mode), enable_python_dispatcher():
             decompose(gm, table, fake_mode)
     except Exception:  # noqa: BLE001 - an op whose decomposition fails traced alone: the whole program traced
-        fx.compile_fx(gm, fake_inputs)
+        fx.compile_fx(gm, fake_inputs, decompositions=table)
         return
     with V.set_fake_mode(fake_mode), tracing(TracingContext(fake_mode)), enable_python_dispatcher(), \
             fx.config.patch(fx.get_cpp_wrapper_config()), V.set_real_inputs(fake_inputs):
         fx.compile_fx_forward(
             gm, fake_inputs, num_orig_model_outputs=fx.get_num_model_outputs(gm), num_example_inputs=len(fake_inputs),
             compiler_config_extra=fx.create_compiler_config_extra(gm), inner_compile=inner, is_inference=True)
+
+
+def _before(ours: dict, theirs: dict) -> dict:
+    """``theirs`` with ``ours`` tried first for their ops: an op ours declines (``NotImplemented``)
+    decomposes as in ``theirs`` (Inductor may not be left an op its table decomposes)."""
+    def first_of(mine, fallback):
+        def decompose(*args, **kwargs):
+            out = mine(*args, **kwargs)
+            return fallback(*args, **kwargs) if out is NotImplemented else out
+        return decompose
+
+    return {**theirs, **{op: first_of(fn, theirs[op]) if op in theirs else fn for op, fn in ours.items()}}
 
 
 def decompose_exported(ep, table: dict) -> bool:
