@@ -29,6 +29,10 @@ PERSISTENT_ELEMENTS = 4096
 # program: 0.691 / 0.686 / 0.681 and 6.980 / 7.008 / 7.009; 8: 0.704 / 0.700 / 0.695 and 6.971 /
 # 7.013 / 7.009); ViT-B/16 at batch 8 0.913 / 0.910 / 0.929 -> 0.895 / 0.893 / 0.912; GPT-2 small
 # with its LM head (4 x 256, bf16) 0.887 / 0.884 / 0.884 -> 0.873 / 0.870 / 0.869. Same outputs.
+# 1 or 2 warps a row, the fastest alone (H200, BERT's add + norm at 16384 rows, warm L2: 14.9 / 15.5
+# against 16.6 us), were no faster in the models (2026-12-02, 1 / 2 / 4 warps in turn, ms, medians of 3
+# runs: BERT 32 x 512 7.128 / 7.128 / 7.129, 8 x 128 0.689 / 0.690 / 0.690, ViT-B 0.875 / 0.875 / 0.871,
+# GPT-2 0.838 / 0.839 / 0.834).
 PERSISTENT_ROW_A_PROGRAM = 1024
 INNER_REDUCTION_BLOCK = 2048
 OUTER_REDUCTION = (64, 8)  # (XBLOCK, R0_BLOCK)
