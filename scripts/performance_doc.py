@@ -23,6 +23,7 @@ from performance_build import section_build_times
 from performance_format import (ROOT, MissingResults, Page, call_table, device_of, jsonl, ms, ratio, shown,
                                 sources_line, span, table)
 from performance_llm import section_llama_8b, section_llm_batch, section_sampling, section_tensor_parallel
+from performance_roofline import section_roofline
 
 SOURCES = {
     # benchmarks/zoo_bench.py: eager, reduce-overhead, our default call and serving path, one process per model
@@ -62,6 +63,8 @@ SOURCES = {
     "memory": ["memory/mem_static.jsonl", "memory/mem_dyn.jsonl"],
     # scripts/build_times.py: the build command, static against two dynamic axes (no GPU)
     "build_times": ["build_times/build_times.jsonl"],
+    # scripts/roofline.py: each full-size model's floor (no GPU)
+    "roofline": ["roofline/roofline.jsonl"],
 }
 MEMORY_BEFORE_AFTER = ("_old", "")  # memory_bench.py's packages: the build before (name + "_old"), and after
 
@@ -335,6 +338,7 @@ def document(results: Path, page: Page) -> str:
             "ViT-B/16's is its rerun after its patch embedding became a matmul and its attention ours (ours 1.116 "
             "ms before), BERT-base's after its padding mask went to our prefill attention (ours 0.700 ms before). "
             "*MA / default*: max-autotune's time over our default call's."))[0]),
+        ("Roofline floors", lambda: section_roofline(results, SOURCES["roofline"][0])),
         ("Dynamic axes", lambda: section_axes(results)),
         ("Build time", lambda: section_build_times(results, SOURCES["build_times"])),
         ("Memory per call", lambda: section_memory(results)),

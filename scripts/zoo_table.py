@@ -15,31 +15,23 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# The floor's device rates: the H100's measured device-to-device copy (benchmarks/results/llm_bench.log)
-# and its dense matmul peaks (bf16/fp16 tensor cores; fp32 without TF32, as the checks run).
+# The floor's copy rate: the H100's measured device-to-device copy (benchmarks/results/llm_bench.log); the
+# dense matmul peaks are roofline.py's (bf16/fp16 tensor cores; fp32 without TF32, as the checks run).
 COPY_BYTES_PER_S = 3.0e12
-MATMUL_FLOPS_PER_S = {"bfloat16": 989e12, "float16": 989e12, "float32": 67e12}
 
 
 def roofline_us(name: str, dtype: str) -> tuple[float, float, float]:
-    """(MB moved, GFLOP, floor in µs) of one forward of a zoo model: weights, inputs and outputs
-    read or written once, FLOPs as torch's FlopCounterMode counts them (matmuls, convolutions,
-    attention), on the file's example inputs; floor = max(bytes / copy rate, FLOPs / matmul peak)."""
+    """(MB moved, GFLOP, floor in µs) of one forward of a zoo model on its example inputs, counted as
+    ``scripts/roofline.py`` counts a full-size model's; floor = max(bytes / copy rate, FLOPs / matmul peak)."""
     import torch
-    from torch.utils import _pytree
-    from torch.utils.flop_counter import FlopCounterMode
+    from roofline import floor_us, forward_cost
 
     sys.path.insert(0, str(ROOT))  # aotcombo.testing from this checkout
     from aotcombo.testing import zoo
 
     model = zoo.model_file(zoo.at_batch(name)[0]).get_model().requires_grad_(False)
-    inputs = zoo.example_inputs(name)
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        outputs = model(*inputs)
-    tensors = list(model.state_dict().values()) + list(inputs) + [t for t in _pytree.tree_leaves(outputs)
-                                                                   if isinstance(t, torch.Tensor)]
-    moved, flops = sum(t.numel() * t.element_size() for t in tensors), counter.get_total_flops()
-    return moved / 1e6, flops / 1e9, 1e6 * max(moved / COPY_BYTES_PER_S, flops / MATMUL_FLOPS_PER_S[dtype])
+    moved, flops, _ = forward_cost(model, zoo.example_inputs(name))
+    return moved / 1e6, flops / 1e9, floor_us(moved, flops, getattr(torch, dtype), COPY_BYTES_PER_S)
 
 
 def _shown(path: Path) -> str:
