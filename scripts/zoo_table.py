@@ -15,23 +15,20 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# The floor's copy rate: the H100's measured device-to-device copy (benchmarks/results/llm_bench.log); the
-# dense matmul peaks are roofline.py's (bf16/fp16 tensor cores; fp32 without TF32, as the checks run).
-COPY_BYTES_PER_S = 3.0e12
-
 
 def roofline_us(name: str, dtype: str) -> tuple[float, float, float]:
     """(MB moved, GFLOP, floor in µs) of one forward of a zoo model on its example inputs, counted as
-    ``scripts/roofline.py`` counts a full-size model's; floor = max(bytes / copy rate, FLOPs / matmul peak)."""
+    ``scripts/roofline.py`` counts a full-size model's; floor = max(bytes / copy rate, FLOPs / matmul peak),
+    the H100's rates there."""
     import torch
-    from roofline import floor_us, forward_cost
+    from roofline import DEVICES, floor_us, forward_cost
 
     sys.path.insert(0, str(ROOT))  # aotcombo.testing from this checkout
     from aotcombo.testing import zoo
 
     model = zoo.model_file(zoo.at_batch(name)[0]).get_model().requires_grad_(False)
     moved, flops, _ = forward_cost(model, zoo.example_inputs(name))
-    return moved / 1e6, flops / 1e9, floor_us(moved, flops, getattr(torch, dtype), COPY_BYTES_PER_S)
+    return moved / 1e6, flops / 1e9, floor_us(moved, flops, getattr(torch, dtype), DEVICES["H100"])
 
 
 def _shown(path: Path) -> str:

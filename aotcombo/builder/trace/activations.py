@@ -1,13 +1,13 @@
 """GELU in 16 bits for Inductor: its transcendental through one ``exp2``.
 
-Inductor writes GELU (``aten.gelu``) as ``0.5 x (1 + erf(x / sqrt 2))`` with libdevice's
-``erf``: some thirty instructions an element, so
-that an FFN's GELU kernel is bound by them, not by its bytes. H200, fp16 and bf16, one kernel
-reading and writing 16384 x 3072 elements (BERT-base's FFN at 32 x 512): a copy 48.8 us,
-libdevice's erf 71.9, the form below 56.8 (4096 rows: 12.6, 19.5, 15.4). Whole models, H200,
-packages before and after called in turn, medians of 300 (``benchmarks/zoo_bench.py``'s models):
-BERT-base 32 x 512 7.18 -> 6.94 ms (0.966x; dynamic or exact), 16 x 256 0.984x, 8 x 128 0.982x,
-ViT-B/16 at batch 8 0.988x; the same errors against eager (1.76e-3 relative).
+Inductor writes GELU (``aten.gelu``) as ``0.5 x (1 + erf(x / sqrt 2))`` with libdevice's ``erf``:
+some thirty instructions an element, so that an FFN's GELU kernel is bound by them, not by its
+bytes. H200, fp16 and bf16, one kernel reading and writing 16384 x 3072 elements (BERT-base's FFN
+at 32 x 512): a copy 48.8 us, libdevice's erf 71.9, the form below 56.8 (4096 rows: 12.6, 19.5,
+15.4). Whole models, H200, packages before and after called in turn, medians of 300
+(``benchmarks/zoo_bench.py``'s models): BERT-base 32 x 512 7.18 -> 6.94 ms (0.966x; dynamic or
+exact), 16 x 256 0.984x, 8 x 128 0.982x, ViT-B/16 at batch 8 0.988x; the same errors against eager
+(1.76e-3 relative).
 
 ``erfc`` by Abramowitz and Stegun's 7.1.26 (``t = 1 / (1 + p z)``, a fifth-degree polynomial in
 ``t`` times ``exp(-z^2)``; its error under 1.5e-7), and ``gelu(x) = x (1 - erfc(z) / 2)`` for
