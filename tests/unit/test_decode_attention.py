@@ -22,7 +22,6 @@ from aotcombo.tools import interpret
 from aotcombo.testing.compare import relative_error
 
 
-
 class CacheAttention(nn.Module):
     """Queries [b, heads, rows, dim] over a cache of ``keys`` positions held as buffers, a mask
     built from the positions (bool, or additive with -inf where a key is not yet written)."""
@@ -78,22 +77,14 @@ def _check(model, inputs, tmp_path, dtype):
     return result
 
 
-@pytest.fixture(params=[False, True], ids=["combine_kernel", "merged_in_split"])
-def split_launches(request, monkeypatch):
-    """Both ways a split call's partials are merged (``MERGE_IN_SPLIT``); the attention
-    kernels a call then launches."""
-    monkeypatch.setattr(decode_attention, "MERGE_IN_SPLIT", request.param)
-    return 1 if request.param else 2
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("additive", [False, True], ids=["bool_mask", "additive_mask"])
-def test_a_decode_step_attends_through_split_kernels(tmp_path, dtype, additive, split_launches):
+def test_a_decode_step_attends_through_split_and_combine_kernels(tmp_path, dtype, additive):
     q = torch.randn(1, 2, 4, 32)
     input_pos = torch.tensor([300, 301, 302, 303])  # past the first splits, short of the last
     result = _check(CacheAttention(additive=additive), [q, input_pos], tmp_path, dtype)
     kernels = _attention_kernels(result)
-    assert len(kernels) == split_launches and kernels[0].startswith("decode_attention_split")
+    assert len(kernels) == 2 and kernels[0].startswith("decode_attention_split")
     assert _no_torch_attention(result)
 
 
@@ -124,7 +115,7 @@ class PerRowCache(nn.Module):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_rows_at_their_own_positions_read_only_the_written_keys(tmp_path, dtype, split_launches):
+def test_rows_at_their_own_positions_read_only_the_written_keys(tmp_path, dtype):
     """Rows at positions 3, 17, 200 and 1500 of a 2048-key cache: each row's own mask, against
     eager; then with every key and value past each row's position made NaN (what an unwritten
     cache may hold), the output is bit for bit the same: no program reads past its row's
@@ -133,7 +124,7 @@ def test_rows_at_their_own_positions_read_only_the_written_keys(tmp_path, dtype,
     model = PerRowCache()
     result = _check(model, [torch.randn(4, 2, 4, 32), positions], tmp_path, dtype)
     kernels = _attention_kernels(result)
-    assert len(kernels) == split_launches and kernels[0].startswith("decode_attention_split")
+    assert len(kernels) == 2 and kernels[0].startswith("decode_attention_split")
     assert _no_torch_attention(result)
     q = torch.randn(4, 2, 4, 32, generator=torch.Generator().manual_seed(2)).to(dtype)
     clean = interpret.run_variant(result, 0, [q, positions])

@@ -14,7 +14,6 @@ from torch import nn
 from torch.nn import functional as F
 
 from aotcombo.builder import graph as g
-from aotcombo.builder.kernels.attention import lowering
 from aotcombo.builder.pipeline import build_package
 from aotcombo.testing.compare import relative_error
 from aotcombo.tools import interpret
@@ -85,22 +84,20 @@ def _against_eager(model, result, inputs, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("form,per_head_mask,rows,merge", [
-    ("repeat_kv", False, 1, False), ("enable_gqa", False, 1, False), ("repeat_kv", True, 1, False),
-    ("repeat_kv", False, 3, False), ("repeat_kv", True, 3, True),
+@pytest.mark.parametrize("form,per_head_mask,rows", [
+    ("repeat_kv", False, 1), ("enable_gqa", False, 1), ("repeat_kv", True, 1), ("repeat_kv", False, 3),
+    ("repeat_kv", True, 3),
 ])
-def test_grouped_heads_read_the_cache_where_it_is(tmp_path, monkeypatch, dtype, form, per_head_mask, rows, merge):
-    """Rows at positions 40 and 300 (and the next ones, rows > 1): the split kernel (and the
-    combine kernel, unless ``merge``: ``MERGE_IN_SPLIT``) over
+def test_grouped_heads_read_the_cache_where_it_is(tmp_path, dtype, form, per_head_mask, rows):
+    """Rows at positions 40 and 300 (and the next ones, rows > 1): one split and combine over
     the un-repeated cache, no kernel copying it, eager's output; then, with every key and value
     past each sequence's last position made NaN (what an unwritten cache may hold), bit for bit
     the same output (no program reads past the positions its rows may see)."""
-    monkeypatch.setattr(lowering, "MERGE_IN_SPLIT", merge)
     positions = torch.tensor([[40 + i for i in range(rows)], [300 + i for i in range(rows)]])
     model, inputs, result = _build(GroupedCache(form, per_head_mask), [torch.randn(BATCH, HEADS, rows, DIM),
                                                                        positions], tmp_path, dtype)
     names = [k.name for k in _kernels(result) if k.heuristic == "attention"]
-    assert len(names) == (1 if merge else 2) and names[0].startswith("decode_attention_split"), names
+    assert len(names) == 2 and names[0].startswith("decode_attention_split"), names
     assert not [op for op in result.variants[0].plan.ops if isinstance(op, g.Extern) and "attention" in op.op]
     assert not _cache_copies(result)
     q, clean = _against_eager(model, result, inputs, dtype)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 TRITON_DTYPE = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32"}
 POINTER_TYPE = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "bool": "*i1", "int8": "*i8",
-                "uint8": "*u8", "int32": "*i32"}
+                "uint8": "*u8"}
 
 
 def cdiv(a: int, b: int) -> int:

@@ -58,12 +58,13 @@ BLOCK_N = 64  # keys per step of a split program
 # of one with 8 key/value heads gets the same split either way (one block a program).
 TARGET_PROGRAMS = 1024
 MAX_SPLITS = 64  # the combine kernel holds every split's partial row at once
+# Tried, not kept: the split kernel's last program of each (batch, key/value head), counted in
+# by an atomic, merging the partials itself (no combine launch; one memset of the counters a
+# step). H200, Llama 3.2 1B decode (quantized_llm_bench.py, both packages in one run, positions
+# 5 / 1000, 2026-12-02): bf16 0.864 / 0.875 -> 0.911 / 0.924 ms, int8 0.630 / 0.641 -> 0.676 /
+# 0.689, int4 0.643 / 0.655 -> 0.691 / 0.704: the one late program's merge costs more than the
+# launch (1.4 us) it saves.
 HEAD_DIMS = (16, 32, 64, 128, 256)
-# A split call's programs merge their partials themselves, the last of each (batch, key/value
-# head) to finish counted in COUNTERS (zeroed once per step): no combine launch. Off until
-# measured on a GPU (one launch fewer per layer, one memset more per step; not yet timed).
-MERGE_IN_SPLIT = False
-COUNTERS = "attention_counters"
 FP32_DOT = ', input_precision="tf32x3"'  # float32 products as three tf32 ones, as the fused linears do
 LOG2E = 1.4426950408889634
 
@@ -151,11 +152,9 @@ def _aligned(spec: g.TensorSpec) -> bool:
     return spec.storage_offset * ITEMSIZE[spec.dtype] % 16 == 0
 
 
-def lowered_ops(op: g.Extern, specs: dict, out_name: str, mode: str, counter: tuple[str, int] = ("", 0)
-                ) -> tuple[list, list, dict]:
+def lowered_ops(op: g.Extern, specs: dict, out_name: str, mode: str) -> tuple[list, list, dict]:
     """What replaces one attention call: its ops (scratch and output allocations, launches),
-    the kernels they launch, and the specs of the scratch buffers. A split call counts its
-    programs in ``counter``: (the step's counters, zeroed before it; this call's first)."""
+    the kernels they launch, and the specs of the scratch buffers."""
 
     kwargs = dict(op.kwargs)
     q_ref, k_ref, v_ref = op.args[:3]
@@ -184,7 +183,7 @@ def lowered_ops(op: g.Extern, specs: dict, out_name: str, mode: str, counter: tu
                   causal=causal, keys_per_split=per_split, scale_log2=repr(scale * LOG2E), mask=mask_kind,
                   mask_stride=_broadcast_strides(mask_spec, (b, h, m, keys)) if mask_spec else None,
                   dot_options=FP32_DOT if q.dtype == "float32" else "")
-    source = render("decode_attention.py.j2", part="attend", name="KERNEL", direct=mode != "split", merge_here=False,
+    source = render("decode_attention.py.j2", part="attend", name="KERNEL", direct=mode != "split",
                     **attend)
     inputs = [(p, n, s) for p, (n, s) in zip(["q_ptr", "k_ptr", "v_ptr", "mask_ptr"], [
         (q_ref.name, q), (k_ref.name, k), (v_ref.name, v)] + ([(mask.name, mask_spec)] if mask_spec else []))]
@@ -198,17 +197,6 @@ def lowered_ops(op: g.Extern, specs: dict, out_name: str, mode: str, counter: tu
     scratch = {f"{out_name}_partial": g.TensorSpec((b * kv * splits * rows * d,), (1,), "float32"),
                f"{out_name}_stats": g.TensorSpec((b * kv * splits * rows * 2,), (1,), "float32")}
     (acc, acc_spec), (stats, stats_spec) = scratch.items()
-    if MERGE_IN_SPLIT:  # its counters: a view of the step's (the kernel's source the same for every call)
-        counters, first_counter = counter
-        mine = (f"{out_name}_counters", g.TensorSpec((b * kv,), (1,), "int32", first_counter))
-        source = render("decode_attention.py.j2", part="attend", name="KERNEL", direct=False, merge_here=True,
-                        **attend)
-        split, split_args = _kernel(
-            "decode_attention_split", source, inputs + [("acc_ptr", acc, acc_spec), ("stats_ptr", stats, stats_spec),
-                                                        ("counter_ptr", *mine), ("out_ptr", out_name, out)],
-            tiles, (b * kv * splits, 1, 1), numels, writes=("acc_ptr", "stats_ptr", "counter_ptr", "out_ptr"))
-        return [g.Alloc(acc, acc_spec), g.Alloc(stats, stats_spec), g.View(mine[0], counters, mine[1]),
-                g.Alloc(out_name, out), g.Launch(split.name, split_args)], [split], {**scratch, mine[0]: mine[1]}
     split, split_args = _kernel("decode_attention_split", source,
                                 inputs + [("acc_ptr", acc, acc_spec), ("stats_ptr", stats, stats_spec)], tiles,
                                 (b * kv * splits, 1, 1), numels, writes=("acc_ptr", "stats_ptr"))
@@ -269,16 +257,6 @@ def lower(graph: g.Graph, max_tokens: int | None = None) -> g.Graph:
     if any(mode == "masked_prefill" for _, mode in lowered.values()):  # its grids' bounds, computed once
         largest, scalars = at_most(graph), {op.out: op for op in graph.ops if isinstance(op, g.Scalar)}
     ops, new_specs = [], dict(graph.specs)
-    counted: dict[str, int] = {}  # split call -> its first counter: one per (batch, key/value head)
-    total = 0
-    for op in graph.ops:
-        if MERGE_IN_SPLIT and isinstance(op, g.Extern) and lowered.get(op.out, ("", ""))[1] == "split":
-            counted[op.out] = total  # 16-byte aligned, as every call's kernel (one source for all) assumes
-            total += cdiv(specs[op.args[1].name].shape[0] * specs[op.args[1].name].shape[1], 4) * 4
-    if total:  # zeroed once, first: the step's only extern call, ahead of every launch
-        new_specs[COUNTERS] = g.TensorSpec((total,), (1,), "int32")
-        ops += [g.Alloc(COUNTERS, new_specs[COUNTERS]),
-                g.Extern(op="aten::zero_", args=(g.Ref(COUNTERS),), kwargs=(), out=None, writes=(COUNTERS,))]
     for op in graph.ops:
         if isinstance(op, g.GetItem) and op.base in lowered:
             continue
@@ -291,8 +269,7 @@ def lower(graph: g.Graph, max_tokens: int | None = None) -> g.Graph:
         elif mode == "masked_prefill":
             (replacement, made), scratch = prefill.lowered(op, traced, out_name, largest, scalars), {}
         else:
-            replacement, made, scratch = lowered_ops(op, specs | new_specs, out_name, mode,
-                                                     counter=(COUNTERS, counted.get(op.out, 0)))
+            replacement, made, scratch = lowered_ops(op, specs | new_specs, out_name, mode)
         for kernel in made:
             kernels.setdefault(kernel.name, kernel)
         new_specs.update(scratch)
