@@ -130,8 +130,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="do not read or write the build cache (see below)")
     build.add_argument("--no-pdl", action="store_true",
                        help="launch every kernel after the one before it has finished; by default, on sm_90 and "
-                       "later, a kernel is launched while the one before it runs and waits for it on the GPU "
-                       "(programmatic dependent launch), hiding most of the gap between them")
+                       "later, a kernel that follows another of the package's is launched while that one runs "
+                       "and waits for it on the GPU (programmatic dependent launch), hiding most of the gap "
+                       "between them")
     build.add_argument("--no-native", action="store_true",
                        help="write the pure wheel only, without the C extensions: the package launches kernels "
                        "through ctypes (see below)")

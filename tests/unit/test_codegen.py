@@ -11,7 +11,7 @@ from aotcombo.builder.codegen import render as codegen_render
 from aotcombo.builder.compile import triton_job as compile_triton_job
 
 from aotcombo.builder import graph as g
-from aotcombo.builder.plan.combos import make_plan
+from aotcombo.builder.plan.combos import ComboLaunch, make_plan
 from aotcombo.testing.graphs import Builder, pointwise, reduction
 
 
@@ -186,6 +186,20 @@ def test_installed_copy_finds_its_templates(tmp_path):
     assert int(rendered) > 0 and sources == "True"
 
 
+def test_only_launches_between_our_kernels_are_early():
+    """PDL's roles (``pdl_roles``): a combo first or after another is launched early and the one
+    before it lets it start; after an extern call (cuBLAS's, cuDNN's: measured slower) or a
+    collective (a wait on NCCL's stream), neither."""
+    plan = two_kernel_plan()
+    mm = g.Extern(op="aten::mm.out", args=(), kwargs=(), out=None, writes=())
+    reduce = g.Extern(op=f"{g.COLLECTIVES}::all_reduce", args=(), kwargs=(), out=None, writes=())
+    launch = [ComboLaunch(f"c{i}", ()) for i in range(6)]
+    alloc = g.Alloc("t", g.TensorSpec((4,), (1,), "float32"))
+    ops = (launch[0], mm, launch[1], launch[2], alloc, launch[3], reduce, launch[4], mm, mm, launch[5])
+    early, trigger = codegen_combo.pdl_roles(dataclasses.replace(plan, ops=ops))
+    assert early == {"c0", "c2", "c3"} and trigger == {"c1", "c2"}
+
+
 def test_pdl_waits_first_and_only_on_hopper_and_later():
     """With programmatic dependent launch the combo kernel waits for the kernel before it
     before anything else it does (griddepcontrol.wait), then lets the next one launch; the
@@ -195,8 +209,11 @@ def test_pdl_waits_first_and_only_on_hopper_and_later():
     plain, waiting = codegen_combo.render_combo(combo), codegen_combo.render_combo(combo, pdl=True)
     assert "gdc_" not in plain
     body = waiting.split("def combo_0")[1].splitlines()
-    assert [line.strip() for line in body[1:6] if not line.strip().startswith("#")] == [
+    assert [line.strip() for line in body[1:7] if not line.strip().startswith("#")] == [
         "pid = tl.program_id(0)", "tl.extra.cuda.gdc_wait()", "tl.extra.cuda.gdc_launch_dependents()"]
+    for pdl, trigger in ((True, False), (False, True)):
+        body = codegen_combo.render_combo(combo, pdl=pdl, trigger=trigger).split("def combo_0")[1]
+        assert ("gdc_wait()" in body) == pdl and ("gdc_launch_dependents()" in body) == trigger
     assert codegen_combo.PDL_MIN_ARCH == 90
     signature, aligned = codegen_combo.combo_signature(combo)
     job = compile_triton_job.Job("sm_90/combo_0", waiting, "combo_0", tuple(signature.items()), tuple(aligned), 90,
