@@ -220,10 +220,10 @@ def section_axes(results: Path) -> list[str]:
              "attention, 32 × 512 took 8.104 ms exact and 8.177 dynamic, 8 × 383 1.690 and 1.717). At 32 × 512 "
              "the call is cuBLAS's GEMMs for the most part (per kernel, this package's matmuls took 4148 us, "
              "torch.compile's 4209: the same), and both sides move from run to run: earlier runs on an H200 had "
-             "dynamic 6.877 and reduce-overhead 9.036 ms (1.31×), and, before GELU went through one `exp2` "
-             "(`trace/activations.py`), dynamic 7.093 and reduce-overhead 8.550 (1.21×). In the run below "
-             "reduce-overhead took longer at every shape than in that one (1.261 -> 1.492 ms at 1 × 7), ours "
-             "less so: the ratios move with both."), "",
+             "dynamic 6.877 and reduce-overhead 9.036 ms (1.31×); before GELU went through one `exp2` "
+             "(`trace/activations.py`), dynamic 7.093 and reduce-overhead 8.550 (1.21×); after it, 7.130 and "
+             "9.649 (1.35×). The run below is the first with programmatic dependent launch only between our own "
+             "kernels, not after cuBLAS's (`codegen/combo.pdl_roles`): the ratios move with both sides."), "",
             *lines, "", sources_line(results, SOURCES["axes"]), ""]
 
 

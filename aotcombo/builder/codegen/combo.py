@@ -30,7 +30,9 @@ def pdl_roles(plan: Plan) -> tuple[set[str], set[str]]:
     BERT-base 32 x 512 6.887 -> 6.805 ms, 8 x 128 0.665 -> 0.637, ViT-B/16 0.903 -> 0.867,
     GPT-2 0.842 -> 0.838, Whisper encoder 2.093 -> 2.051, ResNet-50 0.601 -> 0.585, Llama 3.2 1B
     prefill 1.352 -> 1.357, its decode step (no extern calls) 0.866 -> 0.867; no PDL at all
-    measured as this rule within 0.3 %.
+    measured as this rule within 0.3 %. Between our own kernels it gains: the 1B decode step
+    without PDL against with it (quantized_llm_bench.py, one run, position 5): bf16 0.934 ->
+    0.867 ms, int8 0.684 -> 0.633, int4 0.682 -> 0.646.
     """
     early, trigger, before = set(), set(), None
     for op in plan.ops:
