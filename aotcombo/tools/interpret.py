@@ -163,14 +163,16 @@ def _interpretable_grid_dependency() -> None:
 def _interpretable_byte_permutes() -> None:
     """Triton's interpreter runs no inline assembly: the quantized GEMV's byte permutes
     (``quant_gemv.permute_asm``: four bytes made four float32 2^23 + byte, int8's xor'ed with
-    0x80 first, and 2^19 + its high nibble) computed with numpy, any other assembly refused."""
+    0x80 first, and 2^19 + its high nibble; or 1 + byte / 2^15) computed with numpy, any other
+    assembly refused."""
     import numpy as np
     import triton.language as tl
     from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
 
     from ..builder.kernels.linear.quant_gemv import permute_asm
 
-    known = {permute_asm(signed, high): (signed, high) for signed in (False, True) for high in (False, True)}
+    known = {permute_asm(signed, high, unit): (signed, high, unit)
+             for signed in (False, True) for high in (False, True) for unit in (False, True)}
     original = InterpreterBuilder.create_inline_asm
 
     class _Call:
@@ -180,18 +182,20 @@ def _interpretable_byte_permutes() -> None:
         def get_result(self, index):
             return self.results[index]
 
-    def as_floats(bits, magic: int):
-        return TensorHandle((bits.astype(np.uint32) | np.uint32(magic)).view(np.float32), tl.float32)
+    def as_floats(bits, magic: int, shift: int = 0):
+        return TensorHandle(((bits.astype(np.uint32) << np.uint32(shift)) | np.uint32(magic)).view(np.float32),
+                            tl.float32)
 
     def create_inline_asm(self, asm, constraints, values, types, is_pure, pack):
         if asm not in known:
             return original(self, asm, constraints, values, types, is_pure, pack)
-        signed, high = known[asm]
+        signed, high, unit = known[asm]
         data = values[0].data.view(np.uint8)
         data = data ^ np.uint8(0x80) if signed else data
-        results = [as_floats(data, 0x4B000000)]
+        results = [as_floats(data, 0x3F800000, 8) if unit else as_floats(data, 0x4B000000)]
         if high:
-            results.append(as_floats(data & np.uint8(0xF0), 0x49000000))
+            results.append(as_floats(data & np.uint8(0xF0), 0x3F800000, 8) if unit
+                           else as_floats(data & np.uint8(0xF0), 0x49000000))
         return _Call(results)
 
     InterpreterBuilder.create_inline_asm = create_inline_asm

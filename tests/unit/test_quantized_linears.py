@@ -197,6 +197,31 @@ def test_integers_made_floats_by_bit_operations(tmp_path, monkeypatch, weights):
         assert all(torch.equal(cvt, other) for other in others)
 
 
+@pytest.mark.parametrize("weights", ["int8", "int4_symmetric", "int4_point", "int4_high_first", "int4_offset"])
+def test_integers_made_floats_of_one_and_a_carrier_sum(tmp_path, monkeypatch, weights):
+    """``recipe.QUANT_CONVERT = "unit"``: each byte placed in bits 8-15 of 1.0 (one byte permute,
+    no subtraction a weight), the ones and a constant zero point taken off per chunk through a sum
+    of x (``carrier``); weights scaled per output channel (this int8) keep "perm". Each layout within
+    the float64 check, and within 2e-3 of the converting kernels' outputs (the carrier costs
+    float32 bits, not bfloat16 ones)."""
+    from aotcombo.builder.kernels.linear import recipe
+
+    torch.manual_seed(0)
+    layout = weights.removeprefix("int4_")
+    block = Block(_int8(False)) if weights == "int8" else Block(_int4(layout))
+    fresh = torch.randn(1, 1, 512, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    outputs = []
+    for mode in ("cvt", "unit"):
+        monkeypatch.setattr(recipe, "QUANT_CONVERT", mode)
+        result = _build_and_check(block, 1, tmp_path / mode)
+        sources = "\n".join(result.variants[0].sources.values())
+        assert ("0x3F800000" in sources) == (mode == "unit" and weights != "int8")  # int8's scale: per channel
+        assert ("0x4B000000" in sources and "prmt.b32" in sources) == (mode == "unit" and weights == "int8")
+        outputs.append(interpret.run_variant(result, 0, [fresh]))
+    for cvt, ones in zip(*outputs):
+        assert relative_error(ones.float(), cvt.float()) <= 2e-3
+
+
 def _layouts(model, x) -> list:
     """The dequantize calls the rewrite makes (before any kernel of ours takes them)."""
     found = []

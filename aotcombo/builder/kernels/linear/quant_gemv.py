@@ -15,9 +15,11 @@ nibble first unless ``high_first``); a 16-bit x is loaded as 32-bit words, a pai
 split by bit operations (no interleave), and the byte ``b = lo + 16 hi`` is used whole:
 ``lo x_lo + hi x_hi = b x_lo + hi (x_hi - 16 x_lo)``, so a byte costs one float of itself and
 one of its high nibble. Integers become floats by placing their bits into a power of two's and
-subtracting it (``recipe.QUANT_CONVERT``: "perm", by byte permutes; "bits", or'ed). A zero point,
-constant or tensor, is applied per chunk through the chunk's sum of x (with a scale per output
-channel and no tensor, the constant is folded into that subtraction).
+subtracting it (``recipe.QUANT_CONVERT``: "perm", by byte permutes; "bits", or'ed), or, scaled
+per group ("unit", the default), as 1 + byte / 2^15 with the ones taken off a chunk at a time
+through a sum of x (``carrier``). A zero point, constant or tensor, is applied per chunk through
+the chunk's sum of x (with a scale per output channel and no tensor, the constant is folded into
+that subtraction; with "unit", a constant one into the carrier).
 """
 
 from __future__ import annotations
@@ -86,9 +88,9 @@ def _normed(values: list[str], r: Recipe, norm_lines) -> list[str]:
 
 def _x_lines(r: Recipe, specs: dict, per_chunk: bool) -> list[str]:
     """x at each byte's k: ``xa`` (int8) or ``xl``/``xh`` (int4: at the low / high nibble's k),
-    float32, the norm applied; int4's ``xd = xh - 16 xl``; and ``xs``, a chunk's sum, where a
-    zero point is applied per chunk."""
-    x = specs["x"]
+    float32, the norm applied; int4's ``xd = xh - 16 xl`` ("unit": xh / 16 - xl); ``xs``, a chunk's
+    sum, where a zero point is applied per chunk; "unit"'s carrier (``carrier``): ``xk``, a chunk's."""
+    x, ones = specs["x"], unit(r, specs["w"])
     x_stride = x.stride
     row = f"x_ptr + pid_m.to(tl.int64) * {x_stride[0]}"
     if r.quant.bits == 8:
@@ -119,35 +121,64 @@ def _x_lines(r: Recipe, specs: dict, per_chunk: bool) -> list[str]:
         lines += _normed(values, r, norm_lines)
     if r.quant.bits == 4:
         low, high = ("xo", "xe") if r.quant.high_first else ("xe", "xo")
-        lines += [f"xl, xh = {low}, {high}", "xd = xh - 16.0 * xl"]
-    if per_chunk and (r.quant.zero != "none" or r.quant.zero_value):
+        lines += [f"xl, xh = {low}, {high}", "xd = xh * 0.0625 - xl" if ones else "xd = xh - 16.0 * xl"]
+    if per_chunk and (r.quant.zero != "none" or (r.quant.zero_value and not ones)):
         lines.append("xs = tl.sum(" + ("xa" if r.quant.bits == 8 else "xl + xh") + ", 2, keep_dims=True)")
+    if ones:  # the carrier, a chunk's
+        expr, factor = carrier(r, specs["w"])
+        lines.append(f"xk = tl.sum({expr}, 2, keep_dims=True)" + (f" * {factor!r}" if factor != 1.0 else ""))
     return lines
+
+
+def unit(r: Recipe, q: g.TensorSpec) -> bool:
+    """Whether the loop takes its bytes as 1 + byte / 2^15 (``recipe.QUANT_CONVERT`` "unit": one
+    byte permute a weight and no subtraction, the ones taken off a chunk at a time: scales per
+    group, where "perm" would permute; per output channel "perm", whose per-element sums would
+    carry them a row each)."""
+    return (recipes.QUANT_CONVERT == "unit" and (r.quant.bits == 8 or q.dtype == "uint8")
+            and not r.quant.per_channel(r.k))
+
+
+def carrier(r: Recipe, q: g.TensorSpec) -> tuple[str, float]:
+    """What "unit" floats leave in a sum besides the products (x-only): the sum of ``expr`` over
+    the same k times ``factor``. With int8 bytes u = q + ``offset`` (128 for a signed q) and ``zv``,
+    sum x (q - zv) = 2^15 sum x (1 + u / 2^15) - (2^15 + offset + zv) sum x. With int4 (xd = xh /
+    16 - xl), sum xl (lo - zv) + xh (hi - zv) = 2^15 sum xl (1 + b / 2^15) + xd (1 + 16 hi / 2^15)
+    - sum (2^11 + zv) xh + zv xl."""
+    zv = r.quant.zero_value
+    if r.quant.bits == 8:
+        return "xa", 2.0 ** 15 + (128.0 if q.dtype == "int8" else 0.0) + zv
+    return f"{2.0 ** 11 + zv!r} * xh" + (f" + {float(zv)!r} * xl" if zv else ""), 1.0
 
 
 def by_bits() -> bool:
     """Whether integers become floats through a power of two's bits (``recipe.QUANT_CONVERT``
     "bits" or "perm"; the tensor-core tiles, ``lowering``, or them where this loop permutes)."""
-    return recipes.QUANT_CONVERT in ("bits", "perm")
+    return recipes.QUANT_CONVERT in ("bits", "perm", "unit")
 
 
-def permute_asm(signed: bool, high: bool) -> str:
+def permute_asm(signed: bool, high: bool, unit: bool = False) -> str:
     """PTX making four bytes (one 32-bit register, ``pack=4``) four float32 2^23 + byte (``signed``:
     byte ^ 0x80, int8's value + 128), one ``prmt`` a byte placing it in the low byte of 2^23's bits
     (``recipe.QUANT_CONVERT`` "perm"); ``high``: also four 2^19 + its high nibble (the byte & 0xF0
-    placed likewise in 2^19's bits). tools/interpret.py computes these with numpy."""
+    placed likewise in 2^19's bits). ``unit`` ("unit"): each byte placed in bits 8-15 of 1.0's,
+    1 + byte / 2^15 (the high nibble's byte & 0xF0 likewise). tools/interpret.py computes these with numpy."""
     lines = ["{ .reg .b32 t;", "xor.b32 t, $%d, 0x80808080;" if signed else "mov.b32 t, $%d;"]
-    lines += [f"prmt.b32 ${i}, t, 0x4B000000, 0x754{i};" for i in range(4)]
+    low, top = (("0x3F800000", "0x76{}4"), ("0x3F800000", "0x76{}4")) if unit else (
+        ("0x4B000000", "0x754{}"), ("0x49000000", "0x754{}"))
+    lines += [f"prmt.b32 ${i}, t, {low[0]}, {low[1].format(i)};" for i in range(4)]
     if high:
-        lines += ["and.b32 t, t, 0xF0F0F0F0;"] + [f"prmt.b32 ${4 + i}, t, 0x49000000, 0x754{i};" for i in range(4)]
+        lines += ["and.b32 t, t, 0xF0F0F0F0;"] + [f"prmt.b32 ${4 + i}, t, {top[0]}, {top[1].format(i)};"
+                                                  for i in range(4)]
     return " ".join(lines).replace("%d", str(8 if high else 4)) + " }"
 
 
-def _permuted(signed: bool, high: bool) -> str:
+def _permuted(signed: bool, high: bool, unit: bool = False) -> str:
     """``w``'s bytes as floats by byte permutes (``permute_asm``): one tensor, or (whole, high)."""
     outputs = 8 if high else 4
     dtype = "(tl.float32, tl.float32)" if high else "tl.float32"
-    return (f"tl.inline_asm_elementwise({permute_asm(signed, high)!r}, {','.join(['=r'] * outputs) + ',r'!r}, [w], "
+    constraints = ",".join(["=r"] * outputs) + ",r"
+    return (f"tl.inline_asm_elementwise({permute_asm(signed, high, unit)!r}, {constraints!r}, [w], "
             f"dtype={dtype}, is_pure=True, pack=4)")
 
 
@@ -168,7 +199,11 @@ def _dequantized(r: Recipe, q: g.TensorSpec, zv: float) -> tuple[list[str], list
     """Lines making the float32 values of the loaded bytes ``w`` (less ``zv``), and the (weight,
     x) pairs whose products sum to the chunk's: int8 ``w`` by ``xa``; int4 the byte ``w`` by ``xl``
     and its high nibble ``hi`` by ``xd`` (``w`` less 17 ``zv``: (lo - zv) + 16 (hi - zv))."""
-    perm = recipes.QUANT_CONVERT == "perm" and (r.quant.bits == 8 or q.dtype == "uint8")
+    perm = recipes.QUANT_CONVERT in ("perm", "unit") and (r.quant.bits == 8 or q.dtype == "uint8")
+    if unit(r, q):  # 1 + byte / 2^15: the ones and zv taken off per chunk through x's sums (carrier)
+        if r.quant.bits == 8:
+            return [f"w = {_permuted(q.dtype == 'int8', False, True)}"], [("w", "xa")]
+        return [f"w, hi = {_permuted(False, True, True)}"], [("w", "xl"), ("hi", "xd")]
     if r.quant.bits == 8:
         if perm:
             signed = q.dtype == "int8"
@@ -222,6 +257,9 @@ def _product_lines(r: Recipe, q: g.TensorSpec, half: int, product: str, chunk: i
     if not per_chunk:  # summed per element across the loop: the scale multiplies the sum
         return lines + [f"{product}_c += " + " + ".join(f"{a} * {b}" for a, b in pairs)]
     lines += _chained(pairs, chunk, split)
+    ones = unit(r, q)
+    if ones:  # the chunk's products less the carrier (its constant zero point in it)
+        lines.append("p = p * 32768.0 - xk")
     groups = r.k // quant.group
     index = (f"{half * r.n * groups} + " if half else "") + f"rn3 * {groups} + kc // {quant.group}"
     mask = f"mask_n3 & (kc < {r.k})"
@@ -229,7 +267,7 @@ def _product_lines(r: Recipe, q: g.TensorSpec, half: int, product: str, chunk: i
     def per_group(param: str) -> str:
         return f"tl.load({param} + {index}, mask={mask}, other=0.0).to(tl.float32)"
 
-    zero = [f"{float(quant.zero_value)!r}"] if quant.zero_value else []
+    zero = [f"{float(quant.zero_value)!r}"] if quant.zero_value and not ones else []
     zero += [per_group("zero_ptr")] if quant.zero == "point" else []
     if zero:  # sum(x (q - z)) = sum(x q) - z sum(x)
         lines.append(f"p -= ({' + '.join(zero)}) * xs")

@@ -115,8 +115,17 @@ DECODE_DTYPES = (torch.bfloat16, torch.float16)
 # before it asks for W; its first W tile asked for before the statistics instead (one tile's
 # registers, the loop taking it at k0 == 0): bf16 0.867 / 0.872 -> 0.892 / 0.897 ms, int8 0.630 /
 # 0.635 -> 0.635 / 0.640, int4 0.644 / 0.649 -> 0.638 / 0.644; the same errors against float32.
+# "unit" (quant_gemv.unit, the default): weights scaled per group (int4's) take each byte as 1 + byte /
+# 2^15, one byte permute into bits 8-15 of 1.0's and no subtraction a weight; the ones (and a constant
+# zero point) leave each chunk's sum through one sum of x a chunk (quant_gemv.carrier), x's work shared by
+# the thread's rows. SASS of the 1B's int4 GEMVs (sm_90): q/k/v 832 -> 720, o 408 -> 360, gate/up 848 ->
+# 736, down 432 -> 384, lm head 648 -> 536. H200, quantized_llm_bench.py, both packages in one run,
+# positions 5 / 1000, 2026-12-02: int4 0.646 / 0.653 -> 0.600 / 0.608 ms (0.745x -> 0.692x bf16's 0.867),
+# errors against float32 1.78e-2 -> 1.70e-2. Per output channel (int8 weight-only) it stays "perm": a
+# carrier summed per element there is a row's own accumulator, an add a weight again: int8 0.633 ->
+# 0.732 ms in the same run.
 QUANT_MAX_ROWS = 16
-QUANT_CONVERT = "perm"  # or "bits", "cvt"
+QUANT_CONVERT = "unit"  # or "perm", "bits", "cvt"
 GEMV_QUANT_WARPS = 4  # a quantized GEMV's
 QUANT_GEMV_TILE_BYTES, QUANT_GEMV_BLOCK_K, QUANT_GEMV_MIN_PROGRAMS = 8192, 2048, 2 * 132
 # float32 products as three tf32 ones (tensor cores): 1.2-1.8e-7 from float64, below the
