@@ -8,7 +8,10 @@ MODEL: a zoo model (sample_models/zoo/), ``MODEL@BATCH`` or a sample, as for
 (``graphs=False``: the kernels a graph replay runs, each visible to the profiler) on the
 file's example inputs; per model, the GPU time of each kernel per forward (mean of
 ``--calls``), largest first, and the total. ``--compiled``: torch.compile's (default mode, no
-CUDA graphs, so each kernel shows) beside it.
+CUDA graphs, so each kernel shows) beside it. A kernel launched early (programmatic dependent
+launch, sm_90: one that follows another of ours) starts while the one before it runs and waits
+for it on the GPU: its time here includes that wait, so a chain of ours reads longer than it runs
+(``benchmarks/quant_gemv_bench.py`` times GEMVs alone; ``aotcombo build --no-pdl`` for a profile).
 """
 
 from __future__ import annotations

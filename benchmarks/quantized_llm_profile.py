@@ -4,7 +4,9 @@ packages of ``quantized_llm_bench.py`` (the same packages and model functions): 
 op (``graphs=False``: every kernel visible to torch's profiler) with its model's weights, a step at
 cache position ``--position`` timed ``--calls`` times under the profiler; per distinct kernel
 (combo) its first line (a fused linear's summary: shapes, weight, tiles), launches and GPU
-microseconds per step, and for a linear the weight bytes it streamed per second.
+microseconds per step, and for a linear the weight bytes it streamed per second. The step's
+kernels are all ours, each launched early (PDL): each time includes its wait for the kernel
+before it, so these read longer than the kernels run (``kernel_profile.py`` says more).
 
     PYTHONPATH=<site with the wheels and torchao>:. python3 benchmarks/quantized_llm_profile.py [--variants int4,int8]
 """
