@@ -197,7 +197,9 @@ def test_integers_made_floats_by_bit_operations(tmp_path, monkeypatch, weights):
         assert all(torch.equal(cvt, other) for other in others)
 
 
-@pytest.mark.parametrize("weights", ["int8", "int4_symmetric", "int4_point", "int4_high_first", "int4_offset"])
+@pytest.mark.parametrize("weights", ["int8", "int4_symmetric", "int4_point",
+                                     pytest.param("int4_high_first", marks=pytest.mark.slow),
+                                     pytest.param("int4_offset", marks=pytest.mark.slow)])
 def test_integers_made_floats_of_one_and_a_carrier_sum(tmp_path, monkeypatch, weights):
     """``recipe.QUANT_CONVERT = "unit"``: each byte placed in bits 8-15 of 1.0 (one byte permute,
     no subtraction a weight), the ones and a constant zero point taken off per chunk through a sum
