@@ -35,15 +35,12 @@ def pdl_roles(plan: Plan) -> tuple[set[str], set[str]]:
     0.867 ms, int8 0.684 -> 0.633, int4 0.682 -> 0.646.
     """
     early, trigger, before = set(), set(), None
-    for op in plan.ops:
-        if isinstance(op, ComboLaunch):
-            if before is None or isinstance(before, ComboLaunch):
-                early.add(op.combo)
-                if before is not None:
-                    trigger.add(before.combo)
-            before = op
-        elif isinstance(op, g.Extern):  # a collective is one
-            before = op
+    for op in (op for op in plan.ops if isinstance(op, (ComboLaunch, g.Extern))):  # a collective is an Extern
+        if isinstance(op, ComboLaunch) and (before is None or isinstance(before, ComboLaunch)):
+            early.add(op.combo)
+            if before is not None:
+                trigger.add(before.combo)
+        before = op
     return early, trigger
 
 

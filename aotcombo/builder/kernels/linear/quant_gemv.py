@@ -164,11 +164,11 @@ def permute_asm(signed: bool, high: bool, unit: bool = False) -> str:
     placed likewise in 2^19's bits). ``unit`` ("unit"): each byte placed in bits 8-15 of 1.0's,
     1 + byte / 2^15 (the high nibble's byte & 0xF0 likewise). tools/interpret.py computes these with numpy."""
     lines = ["{ .reg .b32 t;", "xor.b32 t, $%d, 0x80808080;" if signed else "mov.b32 t, $%d;"]
-    low, top = (("0x3F800000", "0x76{}4"), ("0x3F800000", "0x76{}4")) if unit else (
-        ("0x4B000000", "0x754{}"), ("0x49000000", "0x754{}"))
-    lines += [f"prmt.b32 ${i}, t, {low[0]}, {low[1].format(i)};" for i in range(4)]
+    whole, nibble, select = ("0x3F800000", "0x3F800000", "0x76{}4") if unit else ("0x4B000000", "0x49000000",
+                                                                                  "0x754{}")
+    lines += [f"prmt.b32 ${i}, t, {whole}, {select.format(i)};" for i in range(4)]
     if high:
-        lines += ["and.b32 t, t, 0xF0F0F0F0;"] + [f"prmt.b32 ${4 + i}, t, {top[0]}, {top[1].format(i)};"
+        lines += ["and.b32 t, t, 0xF0F0F0F0;"] + [f"prmt.b32 ${4 + i}, t, {nibble}, {select.format(i)};"
                                                   for i in range(4)]
     return " ".join(lines).replace("%d", str(8 if high else 4)) + " }"
 
