@@ -174,6 +174,20 @@ def test_int4_layouts_as_gemvs(tmp_path, layout):
     assert len(kernels) == 3 and all("weight int4" in k and "gemv" in k for k in kernels)
 
 
+@pytest.mark.parametrize("weights", ["int4_symmetric", "int4_point", pytest.param("int8", marks=pytest.mark.slow)])
+def test_a_gemv_scaled_per_group_takes_its_rows_one_at_a_time(tmp_path, weights):
+    """``quant_gemv.ROWS``: a GEMV scaled per group whose k step holds a chunk a thread (the down
+    projection's k of 2048: 128 chunks of 8 bytes) takes its rows one at a time, x's work once
+    for all of them; the narrower ones (k 512) and int8's, scaled per output channel, in tiles of
+    rows. Each within the float64 check."""
+    make = _int8(True) if weights == "int8" else _int4(weights.removeprefix("int4_"))
+    result = _build_and_check(Block(make, hidden=2048), 1, tmp_path)
+    sources = [s.kernel.source for c in result.variants[0].plan.combos for s in c.subs
+               if s.kernel.heuristic == "matmul"]
+    by_rows = ["tl.static_range(BLOCK_N)" in source for source in sources]
+    assert len(by_rows) == 3 and by_rows == [False, False, weights != "int8"]  # q/k/v, gate/up, down
+
+
 @pytest.mark.parametrize("weights", ["int8", "int4_symmetric"])
 def test_integers_made_floats_by_bit_operations(tmp_path, monkeypatch, weights):
     """``recipe.QUANT_CONVERT = "bits"``: each integer or'ed into 2^23's bits, 2^23 subtracted,

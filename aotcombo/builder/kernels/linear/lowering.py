@@ -38,6 +38,8 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
     if tuple(out.stride)[-2:] != (r.n, 1) or not r.dynamic_rows and len(out.stride) != 2:
         raise ValueError(f"{op.out}: a fused linear's output must be a whole [{r.m}, {r.n}] matrix, not {out}")
     t = config or tiles(r.m, r.n, r.k, r.dtype, glu=r.glu, bits=r.quant.bits if r.quant else 16)
+    if r.quant and t.gemv and config is None:
+        t = quant_gemv.row_tiles(r, t)
     if r.quant and t.gemv and quant_gemv.chunk_bytes(r, t) is None:  # no chunk fits a group: tl.dot's tiles
         t = tiles(GEMV_MAX_ROWS + 1, r.n, r.k, r.dtype, glu=r.glu)
     names = (["bias_ptr"] if r.bias else []) + (["norm_weight_ptr"] if r.norm_weight else []) + (

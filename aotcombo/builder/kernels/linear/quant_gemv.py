@@ -8,7 +8,14 @@ the bytes' layout (``Coalesce`` takes the widest vector among the loads of one s
 and nothing is exchanged between threads inside the loop (x's rows are the same registers:
 loaded and converted once per thread). A chunk's products are summed in its thread, then
 multiplied by the chunk's scale (a group holds whole chunks: one scale load per chunk) and
-added to a per-chunk accumulator, summed over k once after the loop.
+added to a per-chunk accumulator, summed over k once after the loop. Scaled per group (``ROWS``),
+a program's ``ROW_TILE`` rows are taken one at a time, each a [1, CHUNKS, CHUNK] tile of a chunk a
+thread (16 bytes, or 8 where a k step holds too few), x's work (its loads, the norm, the carrier)
+done once for all of them and each row's chunk sums added to its row of the accumulator: x's work
+per weight a row's where it was a tile's (the rows of [BLOCK_N, ...] tiles are other threads'
+or loaded again). H200, 2026-12-02 (quant_gemv_bench.py, us, rows of 4 then 8 a row at a time):
+int4 qkv 4.87 -> 3.46, o 3.65 -> 3.01, gate/up 13.59 -> 10.05, down 7.02 -> 5.08, LM head 78.7 ->
+51.9; the 1B decode step 0.598 -> 0.523 ms (quantized_llm_bench.py).
 
 int8: one weight a byte, ``x`` at the byte's k. int4: two a byte (k = 2 kb, 2 kb + 1; the low
 nibble first unless ``high_first``); a 16-bit x is loaded as 32-bit words, a pair of x a word,
@@ -24,12 +31,16 @@ that subtraction; with "unit", a constant one into the carrier).
 
 from __future__ import annotations
 
+import dataclasses
+
 from ....runtime.manifest import ITEMSIZE
 from ... import graph as g
 from . import recipe as recipes
 from .recipe import Recipe, Tiles
 
 CHUNK = 16  # bytes a thread loads at once (a 128-bit load)
+ROWS = True  # the tile's rows one at a time, x's work (loads, norm, splits) once for all of them
+ROW_TILE = 8  # rows a program, taken one at a time
 MAGIC = {23: ("0x4B000000", 8388608.0), 19: ("0x49000000", 524288.0)}  # 2^e: its bits, its value
 
 
@@ -39,12 +50,13 @@ def as_float(value: str, offset: int) -> str:
     return _minus(f"({value}) + {offset}" if offset else f"({value})", 23, float(offset))
 
 
-def chunk_bytes(r: Recipe, t: Tiles) -> int | None:
-    """The bytes of a chunk: up to ``CHUNK``, no more than a k step holds, each chunk inside one
-    group of the scale; None where no chunk fits a group (int4 with an odd group)."""
+def chunk_bytes(r: Recipe, t: Tiles, threads: int = 1) -> int | None:
+    """The bytes of a chunk: up to ``CHUNK``, no more than a k step holds (a ``threads``-th of
+    it, where that is at least 8), each chunk inside one group of the scale; None where no chunk
+    fits a group (int4 with an odd group)."""
     per_byte, step = 8 // r.quant.bits, t.block_k * r.quant.bits // 8
     whole = r.quant.group == r.k  # one group: a chunk past k is masked
-    size = min(CHUNK, step)
+    size = min(CHUNK, step, max(8, step // threads))
     while size >= 1 and not whole and r.quant.group % (size * per_byte):
         size //= 2
     return size if size >= 1 else None
@@ -236,7 +248,7 @@ def _chained(pairs: list[tuple[str, str]], chunk: int, split: set) -> list[str]:
         while size > 1:
             size //= 2
             if name not in split:
-                lines += [f"{t}0, {t}1 = tl.split(tl.reshape({t}, [BLOCK_N, CHUNKS, {size}, 2]))" for t in level]
+                lines += [f"{t}0, {t}1 = tl.split(tl.reshape({t}, [TILE, CHUNKS, {size}, 2]))" for t in level]
             level = [f"{t}{i}" for t in level for i in (0, 1)]
         parts[name] = level
         if name.startswith("x"):
@@ -245,13 +257,15 @@ def _chained(pairs: list[tuple[str, str]], chunk: int, split: set) -> list[str]:
     return lines + [f"p = {terms[0]}"] + [f"p += {t}" for t in terms[1:]]
 
 
-def _product_lines(r: Recipe, q: g.TensorSpec, half: int, product: str, chunk: int, split: set) -> list[str]:
+def _product_lines(r: Recipe, q: g.TensorSpec, half: int, product: str, chunk: int, split: set,
+                   rows: bool = False) -> list[str]:
     """One product's W tile loaded, dequantized and summed: per chunk, scaled, into
     ``{product}_c`` (or, a scale per output channel left to after the loop, per element)."""
     quant = r.quant
     per_chunk = not quant.per_channel(r.k)
     start = f"{half * r.n * q.stride[0]} + " if half else ""
-    lines = [f"w = tl.load(w_ptr + {start}rn3 * {q.stride[0]} + kb * {q.stride[1]}, mask=mask_n3 & mask_b, other=0)"]
+    rn, mask_n = ("row", "mask_row") if rows else ("rn3", "mask_n3")
+    lines = [f"w = tl.load(w_ptr + {start}{rn} * {q.stride[0]} + kb * {q.stride[1]}, mask={mask_n} & mask_b, other=0)"]
     dequantized, pairs = _dequantized(r, q, 0.0 if per_chunk else quant.zero_value)
     lines += dequantized
     if not per_chunk:  # summed per element across the loop: the scale multiplies the sum
@@ -260,9 +274,12 @@ def _product_lines(r: Recipe, q: g.TensorSpec, half: int, product: str, chunk: i
     ones = unit(r, q)
     if ones:  # the chunk's products less the carrier (its constant zero point in it)
         lines.append("p = p * 32768.0 - xk")
+
+    def into(expr: str) -> str:  # rows: one row's products into its row of the accumulator
+        return f"{product}_c += " + (f"tl.where(ri == i, {expr}, 0.0)" if rows else expr)
     groups = r.k // quant.group
-    index = (f"{half * r.n * groups} + " if half else "") + f"rn3 * {groups} + kc // {quant.group}"
-    mask = f"mask_n3 & (kc < {r.k})"
+    index = (f"{half * r.n * groups} + " if half else "") + f"{rn} * {groups} + kc // {quant.group}"
+    mask = f"{mask_n} & (kc < {r.k})"
 
     def per_group(param: str) -> str:
         return f"tl.load({param} + {index}, mask={mask}, other=0.0).to(tl.float32)"
@@ -271,24 +288,54 @@ def _product_lines(r: Recipe, q: g.TensorSpec, half: int, product: str, chunk: i
     zero += [per_group("zero_ptr")] if quant.zero == "point" else []
     if zero:  # sum(x (q - z)) = sum(x q) - z sum(x)
         lines.append(f"p -= ({' + '.join(zero)}) * xs")
-    lines.append(f"{product}_c += p * {per_group('scale_ptr')}")
+    lines.append(into(f"p * {per_group('scale_ptr')}"))
     if quant.zero == "offset":
-        lines.append(f"{product}_c += {per_group('zero_ptr')} * xs")
+        lines.append(into(f"{per_group('zero_ptr')} * xs"))
     return lines
+
+
+def _row_chunk(r: Recipe, t: Tiles) -> int | None:
+    """The chunk of a GEMV taking its rows one at a time (``ROWS``), or None: scaled per group, a
+    k step of at least a chunk a thread. Per output channel (int8) the Llama 3.2 1B decode step
+    measured slower so (H200, 2026-12-02, one run of quantized_llm_bench.py: 0.631 -> 0.655 ms),
+    its GEMVs alone mostly faster (quant_gemv_bench.py, us: qkv 4.95 -> 3.68, gate/up 14.34 ->
+    12.74, LM head 77.2 -> 63.3; down 8.33 -> 9.14)."""
+    if not ROWS or t.block_m != 1 or r.quant.per_channel(r.k):
+        return None
+    threads = 32 * t.num_warps
+    chunk = chunk_bytes(r, t, threads)
+    return chunk if chunk and t.block_k * r.quant.bits // 8 // chunk >= threads else None
+
+
+def row_tiles(r: Recipe, t: Tiles) -> Tiles:
+    """The tiles of a GEMV taking its rows one at a time, where it can (``_row_chunk``):
+    ``ROW_TILE`` rows, a k step of a chunk a thread (16 bytes, or 8 where a k step would hold too
+    few), all of k where that fits; else ``t``."""
+    step = min(r.k, 32 * t.num_warps * CHUNK * 8 // r.quant.bits)
+    rows = dataclasses.replace(t, block_n=min(ROW_TILE, t.block_n * 4), block_k=max(step, t.block_k))
+    return rows if _row_chunk(r, rows) else t
 
 
 def loop(r: Recipe, specs: dict, t: Tiles, products: list[str]) -> dict:
     """The template's ``qgemv`` context: the chunk's size and count, the accumulators' width
-    and the loop's lines."""
-    chunk = chunk_bytes(r, t)
+    and the loop's lines (``rows``: x's lines, then ``row_lines`` for each of the tile's rows)."""
+    chunk = _row_chunk(r, t)
+    rows = chunk is not None
+    chunk = chunk or chunk_bytes(r, t)
     if t.block_m != 1 or chunk is None:
         raise ValueError(f"no quantized GEMV of {r.quant.describe(r.k)} in tiles of {t.block_m} rows")
     per_byte = 8 // r.quant.bits
+    chunks = t.block_k // per_byte // chunk
     per_chunk = not r.quant.per_channel(r.k)
     lines = _x_lines(r, specs, per_chunk) + ([f"kc = k0 + rc * {chunk * per_byte}"] if per_chunk else [])
+    row_lines: list[str] = []
     split: set = set()
     for half, product in enumerate(products):
-        lines += _product_lines(r, specs["w"], half, product, chunk, split)
-    chunks = t.block_k // per_byte // chunk
+        (row_lines if rows else lines).extend(_product_lines(r, specs["w"], half, product, chunk, split, rows))
+
+    def tiled(lines: list[str]) -> list[str]:
+        return [line.replace("CHUNKS", str(chunks)).replace("TILE", "1" if rows else "BLOCK_N") for line in lines]
+
     return {"chunk": chunk, "chunks": chunks, "per_byte": per_byte, "k_bytes": r.k // per_byte,
-            "width": 1 if per_chunk else chunk, "lines": [line.replace("CHUNKS", str(chunks)) for line in lines]}
+            "width": 1 if per_chunk else chunk, "rows": rows, "lines": tiled(lines),
+            "row_lines": tiled(row_lines)}
