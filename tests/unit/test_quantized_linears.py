@@ -174,18 +174,34 @@ def test_int4_layouts_as_gemvs(tmp_path, layout):
     assert len(kernels) == 3 and all("weight int4" in k and "gemv" in k for k in kernels)
 
 
-@pytest.mark.parametrize("weights", ["int4_symmetric", "int4_point", pytest.param("int8", marks=pytest.mark.slow)])
-def test_a_gemv_scaled_per_group_takes_its_rows_one_at_a_time(tmp_path, weights):
-    """``quant_gemv.ROWS``: a GEMV scaled per group whose k step holds a chunk a thread (the down
-    projection's k of 2048: 128 chunks of 8 bytes) takes its rows one at a time, x's work once
-    for all of them; the narrower ones (k 512) and int8's, scaled per output channel, in tiles of
-    rows. Each within the float64 check."""
+@pytest.mark.parametrize("weights", ["int4_symmetric", pytest.param("int4_point", marks=pytest.mark.slow), "int8"])
+def test_a_gemv_whose_k_step_holds_a_chunk_a_thread_takes_its_rows_one_at_a_time(tmp_path, weights):
+    """``quant_gemv.ROWS``: a GEMV whose k step holds a chunk a thread (the down projection's k of
+    2048: 128 chunks of 8 bytes of int4, or 16 of int8, scaled per output channel and summed per
+    chunk) takes its rows one at a time, x's work once for all of them; the narrower ones (k 512)
+    in tiles of rows. Each within the float64 check."""
     make = _int8(True) if weights == "int8" else _int4(weights.removeprefix("int4_"))
     result = _build_and_check(Block(make, hidden=2048), 1, tmp_path)
     sources = [s.kernel.source for c in result.variants[0].plan.combos for s in c.subs
                if s.kernel.heuristic == "matmul"]
     by_rows = ["tl.static_range(BLOCK_N)" in source for source in sources]
-    assert len(by_rows) == 3 and by_rows == [False, False, weights != "int8"]  # q/k/v, gate/up, down
+    assert len(by_rows) == 3 and by_rows == [False, False, True]  # q/k/v, gate/up, down
+
+
+@pytest.mark.parametrize("k", [1536, 2048, 3072, 11008])
+@pytest.mark.parametrize("bits", [8, 4])
+def test_row_tiles_are_powers_of_two(k, bits):
+    """``quant_gemv.row_tiles``: the k step and the chunk a power of two at any k (Triton's
+    ranges), a k past it masked."""
+    from aotcombo.builder.kernels.linear import quant_gemv, recipe
+
+    q = quant.Quant(bits, k if bits == 8 else 128, False, "none", 0.0 if bits == 8 else 8.0, "bfloat16")
+    r = recipe.Recipe(m=1, n=4096, k=k, weight_layout="nk", bias=None, glu=False, norm=None, eps=1e-5,
+                      norm_weight=False, norm_bias=False, norm_cast=None, extras=(), epilogue=(), result="acc",
+                      dtype="bfloat16", out_dtype="bfloat16", quant=q)
+    t = quant_gemv.row_tiles(r, recipe.tiles(1, 4096, k, "bfloat16", bits=bits))
+    chunk = quant_gemv._row_chunk(r, t)
+    assert chunk and all(v & (v - 1) == 0 for v in (t.block_n, t.block_k, chunk)) and t.block_k * 2 > min(k, 2048)
 
 
 @pytest.mark.parametrize("weights", ["int8", "int4_symmetric"])

@@ -8,14 +8,17 @@ the bytes' layout (``Coalesce`` takes the widest vector among the loads of one s
 and nothing is exchanged between threads inside the loop (x's rows are the same registers:
 loaded and converted once per thread). A chunk's products are summed in its thread, then
 multiplied by the chunk's scale (a group holds whole chunks: one scale load per chunk) and
-added to a per-chunk accumulator, summed over k once after the loop. Scaled per group (``ROWS``),
-a program's ``ROW_TILE`` rows are taken one at a time, each a [1, CHUNKS, CHUNK] tile of a chunk a
+added to a per-chunk accumulator, summed over k once after the loop. Where a k step holds a chunk
+a thread (``ROWS``), a program's ``ROW_TILE`` rows are taken one at a time, each a [1, CHUNKS, CHUNK] tile of a chunk a
 thread (16 bytes, or 8 where a k step holds too few), x's work (its loads, the norm, the carrier)
 done once for all of them and each row's chunk sums added to its row of the accumulator: x's work
 per weight a row's where it was a tile's (the rows of [BLOCK_N, ...] tiles are other threads'
 or loaded again). H200, 2026-12-02 (quant_gemv_bench.py, us, rows of 4 then 8 a row at a time):
 int4 qkv 4.87 -> 3.46, o 3.65 -> 3.01, gate/up 13.59 -> 10.05, down 7.02 -> 5.08, LM head 78.7 ->
-51.9; the 1B decode step 0.598 -> 0.523 ms (quantized_llm_bench.py).
+51.9; the 1B decode step 0.598 -> 0.523 ms (quantized_llm_bench.py). Scaled per output channel
+(int8), a row's chunk sums are its own too (the carrier, "unit", as per group) and the scale
+multiplies after the loop; rows of 4: the int8 step 0.631 -> 0.594 ms (rows of 8: 0.652), H200,
+2026-12-03, one run.
 
 int8: one weight a byte, ``x`` at the byte's k. int4: two a byte (k = 2 kb, 2 kb + 1; the low
 nibble first unless ``high_first``); a 16-bit x is loaded as 32-bit words, a pair of x a word,
@@ -40,7 +43,8 @@ from .recipe import Recipe, Tiles
 
 CHUNK = 16  # bytes a thread loads at once (a 128-bit load)
 ROWS = True  # the tile's rows one at a time, x's work (loads, norm, splits) once for all of them
-ROW_TILE = 8  # rows a program, taken one at a time
+ROW_TILE = {8: 4, 4: 8}  # rows a program, taken one at a time, by bits (int8's 8 measured slower)
+WIDE = (65536, 16, 2)  # from this many output rows (an LM head's): rows a program, int4's warps
 MAGIC = {23: ("0x4B000000", 8388608.0), 19: ("0x49000000", 524288.0)}  # 2^e: its bits, its value
 
 
@@ -102,7 +106,7 @@ def _x_lines(r: Recipe, specs: dict, per_chunk: bool) -> list[str]:
     """x at each byte's k: ``xa`` (int8) or ``xl``/``xh`` (int4: at the low / high nibble's k),
     float32, the norm applied; int4's ``xd = xh - 16 xl`` ("unit": xh / 16 - xl); ``xs``, a chunk's
     sum, where a zero point is applied per chunk; "unit"'s carrier (``carrier``): ``xk``, a chunk's."""
-    x, ones = specs["x"], unit(r, specs["w"])
+    x, ones = specs["x"], unit(r, specs["w"], per_chunk)
     x_stride = x.stride
     row = f"x_ptr + pid_m.to(tl.int64) * {x_stride[0]}"
     if r.quant.bits == 8:
@@ -142,13 +146,13 @@ def _x_lines(r: Recipe, specs: dict, per_chunk: bool) -> list[str]:
     return lines
 
 
-def unit(r: Recipe, q: g.TensorSpec) -> bool:
+def unit(r: Recipe, q: g.TensorSpec, per_chunk: bool | None = None) -> bool:
     """Whether the loop takes its bytes as 1 + byte / 2^15 (``recipe.QUANT_CONVERT`` "unit": one
-    byte permute a weight and no subtraction, the ones taken off a chunk at a time: scales per
-    group, where "perm" would permute; per output channel "perm", whose per-element sums would
-    carry them a row each)."""
-    return (recipes.QUANT_CONVERT == "unit" and (r.quant.bits == 8 or q.dtype == "uint8")
-            and not r.quant.per_channel(r.k))
+    byte permute a weight and no subtraction, the ones taken off a chunk at a time: summed a chunk
+    at a time (``per_chunk``; by default, scaled per group), where "perm" would permute; summed
+    per element, "perm", whose sums would carry them a row each)."""
+    chunked = not r.quant.per_channel(r.k) if per_chunk is None else per_chunk
+    return recipes.QUANT_CONVERT == "unit" and (r.quant.bits == 8 or q.dtype == "uint8") and chunked
 
 
 def carrier(r: Recipe, q: g.TensorSpec) -> tuple[str, float]:
@@ -207,12 +211,12 @@ def _minus(value: str, magic: int, constant: float, op: str = "|") -> str:
     return _less(f"(({value}) {op} {bits}).to(tl.float32, bitcast=True)", power, constant)
 
 
-def _dequantized(r: Recipe, q: g.TensorSpec, zv: float) -> tuple[list[str], list[tuple[str, str]]]:
+def _dequantized(r: Recipe, q: g.TensorSpec, zv: float, per_chunk: bool) -> tuple[list[str], list[tuple[str, str]]]:
     """Lines making the float32 values of the loaded bytes ``w`` (less ``zv``), and the (weight,
     x) pairs whose products sum to the chunk's: int8 ``w`` by ``xa``; int4 the byte ``w`` by ``xl``
     and its high nibble ``hi`` by ``xd`` (``w`` less 17 ``zv``: (lo - zv) + 16 (hi - zv))."""
     perm = recipes.QUANT_CONVERT in ("perm", "unit") and (r.quant.bits == 8 or q.dtype == "uint8")
-    if unit(r, q):  # 1 + byte / 2^15: the ones and zv taken off per chunk through x's sums (carrier)
+    if unit(r, q, per_chunk):  # 1 + byte / 2^15: the ones and zv taken off per chunk through x's sums (carrier)
         if r.quant.bits == 8:
             return [f"w = {_permuted(q.dtype == 'int8', False, True)}"], [("w", "xa")]
         return [f"w, hi = {_permuted(False, True, True)}"], [("w", "xl"), ("hi", "xd")]
@@ -260,23 +264,28 @@ def _chained(pairs: list[tuple[str, str]], chunk: int, split: set) -> list[str]:
 def _product_lines(r: Recipe, q: g.TensorSpec, half: int, product: str, chunk: int, split: set,
                    rows: bool = False) -> list[str]:
     """One product's W tile loaded, dequantized and summed: per chunk, scaled, into
-    ``{product}_c`` (or, a scale per output channel left to after the loop, per element)."""
+    ``{product}_c`` (a scale per output channel is left to after the loop: summed per chunk
+    where the rows are taken one at a time, else per element)."""
     quant = r.quant
-    per_chunk = not quant.per_channel(r.k)
+    per_channel = quant.per_channel(r.k)
+    per_chunk = rows or not per_channel
     start = f"{half * r.n * q.stride[0]} + " if half else ""
     rn, mask_n = ("row", "mask_row") if rows else ("rn3", "mask_n3")
     lines = [f"w = tl.load(w_ptr + {start}{rn} * {q.stride[0]} + kb * {q.stride[1]}, mask={mask_n} & mask_b, other=0)"]
-    dequantized, pairs = _dequantized(r, q, 0.0 if per_chunk else quant.zero_value)
+    dequantized, pairs = _dequantized(r, q, 0.0 if per_chunk else quant.zero_value, per_chunk)
     lines += dequantized
     if not per_chunk:  # summed per element across the loop: the scale multiplies the sum
         return lines + [f"{product}_c += " + " + ".join(f"{a} * {b}" for a, b in pairs)]
     lines += _chained(pairs, chunk, split)
-    ones = unit(r, q)
+    ones = unit(r, q, per_chunk)
     if ones:  # the chunk's products less the carrier (its constant zero point in it)
         lines.append("p = p * 32768.0 - xk")
 
     def into(expr: str) -> str:  # rows: one row's products into its row of the accumulator
         return f"{product}_c += " + (f"tl.where(ri == i, {expr}, 0.0)" if rows else expr)
+    zero = [f"{float(quant.zero_value)!r}"] if quant.zero_value and not ones else []
+    if per_channel:  # the scale after the loop
+        return lines + ([f"p -= {zero[0]} * xs"] if zero else []) + [into("p")]
     groups = r.k // quant.group
     index = (f"{half * r.n * groups} + " if half else "") + f"{rn} * {groups} + kc // {quant.group}"
     mask = f"{mask_n} & (kc < {r.k})"
@@ -284,7 +293,6 @@ def _product_lines(r: Recipe, q: g.TensorSpec, half: int, product: str, chunk: i
     def per_group(param: str) -> str:
         return f"tl.load({param} + {index}, mask={mask}, other=0.0).to(tl.float32)"
 
-    zero = [f"{float(quant.zero_value)!r}"] if quant.zero_value and not ones else []
     zero += [per_group("zero_ptr")] if quant.zero == "point" else []
     if zero:  # sum(x (q - z)) = sum(x q) - z sum(x)
         lines.append(f"p -= ({' + '.join(zero)}) * xs")
@@ -295,12 +303,10 @@ def _product_lines(r: Recipe, q: g.TensorSpec, half: int, product: str, chunk: i
 
 
 def _row_chunk(r: Recipe, t: Tiles) -> int | None:
-    """The chunk of a GEMV taking its rows one at a time (``ROWS``), or None: scaled per group, a
-    k step of at least a chunk a thread. Per output channel (int8) the Llama 3.2 1B decode step
-    measured slower so (H200, 2026-12-02, one run of quantized_llm_bench.py: 0.631 -> 0.655 ms),
-    its GEMVs alone mostly faster (quant_gemv_bench.py, us: qkv 4.95 -> 3.68, gate/up 14.34 ->
-    12.74, LM head 77.2 -> 63.3; down 8.33 -> 9.14)."""
-    if not ROWS or t.block_m != 1 or r.quant.per_channel(r.k):
+    """The chunk of a GEMV taking its rows one at a time (``ROWS``), or None: a k step of at least
+    a chunk a thread. Scaled per output channel, a row's products are summed per chunk (as per
+    group: the carrier, not a subtraction a weight) and scaled after the loop."""
+    if not ROWS or t.block_m != 1:
         return None
     threads = 32 * t.num_warps
     chunk = chunk_bytes(r, t, threads)
@@ -309,10 +315,15 @@ def _row_chunk(r: Recipe, t: Tiles) -> int | None:
 
 def row_tiles(r: Recipe, t: Tiles) -> Tiles:
     """The tiles of a GEMV taking its rows one at a time, where it can (``_row_chunk``):
-    ``ROW_TILE`` rows, a k step of a chunk a thread (16 bytes, or 8 where a k step would hold too
-    few), all of k where that fits; else ``t``."""
-    step = min(r.k, 32 * t.num_warps * CHUNK * 8 // r.quant.bits)
-    rows = dataclasses.replace(t, block_n=min(ROW_TILE, t.block_n * 4), block_k=max(step, t.block_k))
+    ``ROW_TILE`` rows (``WIDE``'s for an LM head, H200, 2026-12-03, quant_gemv_bench.py, rows of 8 / 4
+    warps -> 16 / 4 -> 16 / 2: int4 51.3 -> 47.7 -> 42.5 us, int8 16 / 4 64.7, 16 / 2 68.3; the
+    others as fast or slower with 16 rows or 2 warps, in the step too), a k step of a chunk a
+    thread (16 bytes, or 8 where a k step would hold too few), all of k where that fits; else ``t``."""
+    wide = r.n >= WIDE[0]
+    warps = WIDE[2] if wide and r.quant.bits == 4 else t.num_warps
+    step = min(1 << (r.k - 1).bit_length(), 32 * warps * CHUNK * 8 // r.quant.bits)  # a power of two
+    rows = dataclasses.replace(t, block_n=WIDE[1] if wide else min(ROW_TILE[r.quant.bits], t.block_n * 4),
+                               block_k=max(step, t.block_k), num_warps=warps)
     return rows if _row_chunk(r, rows) else t
 
 
@@ -326,8 +337,9 @@ def loop(r: Recipe, specs: dict, t: Tiles, products: list[str]) -> dict:
         raise ValueError(f"no quantized GEMV of {r.quant.describe(r.k)} in tiles of {t.block_m} rows")
     per_byte = 8 // r.quant.bits
     chunks = t.block_k // per_byte // chunk
-    per_chunk = not r.quant.per_channel(r.k)
-    lines = _x_lines(r, specs, per_chunk) + ([f"kc = k0 + rc * {chunk * per_byte}"] if per_chunk else [])
+    per_channel = r.quant.per_channel(r.k)
+    per_chunk = rows or not per_channel
+    lines = _x_lines(r, specs, per_chunk) + ([] if per_channel else [f"kc = k0 + rc * {chunk * per_byte}"])
     row_lines: list[str] = []
     split: set = set()
     for half, product in enumerate(products):
