@@ -9,16 +9,16 @@ and nothing is exchanged between threads inside the loop (x's rows are the same 
 loaded and converted once per thread). A chunk's products are summed in its thread, then
 multiplied by the chunk's scale (a group holds whole chunks: one scale load per chunk) and
 added to a per-chunk accumulator, summed over k once after the loop. Where a k step holds a chunk
-a thread (``ROWS``), a program's ``ROW_TILE`` rows are taken one at a time, each a [1, CHUNKS, CHUNK] tile of a chunk a
-thread (16 bytes, or 8 where a k step holds too few), x's work (its loads, the norm, the carrier)
-done once for all of them and each row's chunk sums added to its row of the accumulator: x's work
-per weight a row's where it was a tile's (the rows of [BLOCK_N, ...] tiles are other threads'
-or loaded again). H200, 2026-12-02 (quant_gemv_bench.py, us, rows of 4 then 8 a row at a time):
-int4 qkv 4.87 -> 3.46, o 3.65 -> 3.01, gate/up 13.59 -> 10.05, down 7.02 -> 5.08, LM head 78.7 ->
-51.9; the 1B decode step 0.598 -> 0.523 ms (quantized_llm_bench.py). Scaled per output channel
-(int8), a row's chunk sums are its own too (the carrier, "unit", as per group) and the scale
-multiplies after the loop; rows of 4: the int8 step 0.631 -> 0.594 ms (rows of 8: 0.652), H200,
-2026-12-03, one run.
+a thread (``ROWS``), a program's ``ROW_TILE`` rows are taken one at a time, each a [1, CHUNKS,
+CHUNK] tile of a chunk a thread (16 bytes, or 8 where a k step holds too few), x's work (its
+loads, the norm, the carrier) done once for all of them and each row's chunk sums added to its row
+of the accumulator: x's work per weight a row's where it was a tile's (the rows of [BLOCK_N, ...]
+tiles are other threads' or loaded again). H200, 2026-12-02 (quant_gemv_bench.py, us, rows of 4
+then 8 a row at a time): int4 qkv 4.87 -> 3.46, o 3.65 -> 3.01, gate/up 13.59 -> 10.05, down 7.02
+-> 5.08, LM head 78.7 -> 51.9; the 1B decode step 0.598 -> 0.523 ms (quantized_llm_bench.py).
+Scaled per output channel (int8), a row's chunk sums are its own too (the carrier, "unit", as per
+group) and the scale multiplies after the loop; rows of 4: the int8 step 0.631 -> 0.594 ms (rows
+of 8: 0.652), H200, 2026-12-03, one run.
 
 int8: one weight a byte, ``x`` at the byte's k. int4: two a byte (k = 2 kb, 2 kb + 1; the low
 nibble first unless ``high_first``); a 16-bit x is loaded as 32-bit words, a pair of x a word,
@@ -146,13 +146,12 @@ def _x_lines(r: Recipe, specs: dict, per_chunk: bool) -> list[str]:
     return lines
 
 
-def unit(r: Recipe, q: g.TensorSpec, per_chunk: bool | None = None) -> bool:
+def unit(r: Recipe, q: g.TensorSpec, per_chunk: bool) -> bool:
     """Whether the loop takes its bytes as 1 + byte / 2^15 (``recipe.QUANT_CONVERT`` "unit": one
     byte permute a weight and no subtraction, the ones taken off a chunk at a time: summed a chunk
-    at a time (``per_chunk``; by default, scaled per group), where "perm" would permute; summed
+    at a time (``per_chunk``), where "perm" would permute; summed
     per element, "perm", whose sums would carry them a row each)."""
-    chunked = not r.quant.per_channel(r.k) if per_chunk is None else per_chunk
-    return recipes.QUANT_CONVERT == "unit" and (r.quant.bits == 8 or q.dtype == "uint8") and chunked
+    return recipes.QUANT_CONVERT == "unit" and (r.quant.bits == 8 or q.dtype == "uint8") and per_chunk
 
 
 def carrier(r: Recipe, q: g.TensorSpec) -> tuple[str, float]:

@@ -265,8 +265,8 @@ def tiles(m: int, n: int, k: int, dtype: str, glu: bool = False, bits: int = 16)
     for few rows or a k of 128 (float32: 32); 4 warps; 3 stages (float32: 2). A GEMV over ``bits``-bit
     quantized weights: ``QUANT_GEMV_TILE_BYTES`` of W a step, k steps of ``QUANT_GEMV_BLOCK_K``, columns
     halved while under ``QUANT_GEMV_MIN_PROGRAMS`` programs, ``GEMV_QUANT_WARPS`` warps; its GLU takes
-    k steps of 16 / ``bits`` times a 16-bit one's elements (the same bytes). Scaled per group, where
-    its rows can be taken one at a time, ``quant_gemv.row_tiles`` replaces these."""
+    k steps of 16 / ``bits`` times a 16-bit one's elements (the same bytes). Where its rows can be
+    taken one at a time, ``quant_gemv.row_tiles`` replaces these."""
     wide = dtype != "float32"
     if m <= GEMV_MAX_ROWS:
         block_m, warps = next_power_of_2(m), 4 if bits == 16 else GEMV_QUANT_WARPS
