@@ -18,7 +18,8 @@ then 8 a row at a time): int4 qkv 4.87 -> 3.46, o 3.65 -> 3.01, gate/up 13.59 ->
 -> 5.08, LM head 78.7 -> 51.9; the 1B decode step 0.598 -> 0.523 ms (quantized_llm_bench.py).
 Scaled per output channel (int8), a row's chunk sums are its own too (the carrier, "unit", as per
 group) and the scale multiplies after the loop; rows of 4: the int8 step 0.631 -> 0.594 ms (rows
-of 8: 0.652), H200, 2026-12-03, one run.
+of 8: 0.652), H200, 2026-12-03, one run. int4 in rows of 4 too, though its GEMVs alone were faster
+in 8: the step 0.524 -> 0.502 ms (H200, 2026-12-03, one run, position 1000, medians of 200).
 
 int8: one weight a byte, ``x`` at the byte's k. int4: two a byte (k = 2 kb, 2 kb + 1; the low
 nibble first unless ``high_first``); a 16-bit x is loaded as 32-bit words, a pair of x a word,
@@ -43,7 +44,7 @@ from .recipe import Recipe, Tiles
 
 CHUNK = 16  # bytes a thread loads at once (a 128-bit load)
 ROWS = True  # the tile's rows one at a time, x's work (loads, norm, splits) once for all of them
-ROW_TILE = {8: 4, 4: 8}  # rows a program, taken one at a time, by bits (int8's 8 measured slower)
+ROW_TILE = 4  # rows a program, taken one at a time (8 measured slower in the step, int8 and int4)
 WIDE = (65536, 16, 2)  # from this many output rows (an LM head's): rows a program, int4's warps
 MAGIC = {23: ("0x4B000000", 8388608.0), 19: ("0x49000000", 524288.0)}  # 2^e: its bits, its value
 
@@ -321,7 +322,7 @@ def row_tiles(r: Recipe, t: Tiles) -> Tiles:
     wide = r.n >= WIDE[0]
     warps = WIDE[2] if wide and r.quant.bits == 4 else t.num_warps
     step = min(1 << (r.k - 1).bit_length(), 32 * warps * CHUNK * 8 // r.quant.bits)  # a power of two
-    rows = dataclasses.replace(t, block_n=WIDE[1] if wide else min(ROW_TILE[r.quant.bits], t.block_n * 4),
+    rows = dataclasses.replace(t, block_n=WIDE[1] if wide else min(ROW_TILE, t.block_n * 4),
                                block_k=max(step, t.block_k), num_warps=warps)
     return rows if _row_chunk(r, rows) else t
 
