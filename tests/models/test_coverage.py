@@ -1,5 +1,7 @@
 """Coverage: every construct in tests/models/coverage_models.py builds and matches eager
-under Triton's interpreter; unsupported ones fail the build with a clear error."""
+under Triton's interpreter, in both dispatch orders; unsupported ones fail the build with a clear
+error. The round-robin checks of the constructs in ``SLOW_ROUND_ROBIN`` (reductions whose kernels
+take 25-95 s each under the interpreter on 2 cores; their sequential checks stay) are ``slow``."""
 
 import pytest
 import torch
@@ -13,6 +15,7 @@ from aotcombo.testing.corpora import coverage_models as _coverage_models
 
 coverage_models = _coverage_models()
 
+SLOW_ROUND_ROBIN = {"split_reduction", "mixed_order_reduction", "looped_inner_reduction", "reductions"}
 TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.bfloat16: 1e-2, torch.float16: 1e-2}
 
 
@@ -51,8 +54,14 @@ def check(got, ref, strides=None):
             assert err <= TOLERANCE[r.dtype], err
 
 
-@pytest.mark.parametrize("name", sorted(coverage_models.SUPPORTED))
-@pytest.mark.parametrize("dispatch", ["sequential", "round_robin"])
+def _construct_params():
+    for dispatch in ("sequential", "round_robin"):
+        for name in sorted(coverage_models.SUPPORTED):
+            slow = dispatch == "round_robin" and name in SLOW_ROUND_ROBIN
+            yield pytest.param(name, dispatch, marks=[pytest.mark.slow] if slow else [], id=f"{dispatch}-{name}")
+
+
+@pytest.mark.parametrize("name, dispatch", list(_construct_params()))
 def test_construct_matches_eager(name, dispatch, tmp_path):
     model, example = coverage_models.SUPPORTED[name]()
     model = model.eval()

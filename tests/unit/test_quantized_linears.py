@@ -167,8 +167,11 @@ def test_int4_grouped_at_a_few_rows_on_the_tensor_cores(tmp_path, rows):
     assert all(dtype == "uint8" or shape == (shape[0], 512 // GROUP) for dtype, shape in weights.values())
 
 
-@pytest.mark.parametrize("layout", ["point", "high_first", "symmetric", "offset"])
+@pytest.mark.parametrize("layout", [pytest.param("point", marks=pytest.mark.slow), "high_first",
+                                    pytest.param("symmetric", marks=pytest.mark.slow), "offset"])
 def test_int4_layouts_as_gemvs(tmp_path, layout):
+    """Each layout as GEMVs, in the default conversion; point and symmetric are ``slow`` here: the
+    carrier test below builds and checks them so (and the others are ``slow`` there)."""
     result = _build_and_check(Block(_int4(layout)), 1, tmp_path)
     kernels = _ours(result)
     assert len(kernels) == 3 and all("weight int4" in k and "gemv" in k for k in kernels)
@@ -204,7 +207,8 @@ def test_row_tiles_are_powers_of_two(k, bits):
     assert chunk and all(v & (v - 1) == 0 for v in (t.block_n, t.block_k, chunk)) and t.block_k * 2 > min(k, 2048)
 
 
-@pytest.mark.parametrize("weights", ["int8", "int4_symmetric"])
+# int4's default conversion is "unit" (below): its "bits" and "perm" only in the slow set
+@pytest.mark.parametrize("weights", ["int8", pytest.param("int4_symmetric", marks=pytest.mark.slow)])
 def test_integers_made_floats_by_bit_operations(tmp_path, monkeypatch, weights):
     """``recipe.QUANT_CONVERT = "bits"``: each integer or'ed into 2^23's bits, 2^23 subtracted,
     not converted; "perm": the bytes placed into 2^23's bits by byte permutes (inline PTX, which the
