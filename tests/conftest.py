@@ -1,6 +1,7 @@
 """Shared test setup: ``gpu`` tests are skipped on machines without a CUDA GPU;
-``slow`` tests (whole zoo models under Triton's interpreter, minutes each on 2
-cores) run only when asked for: ``pytest -m slow`` or ``AOTCOMBO_SLOW=1``.
+``slow`` tests (minutes each under Triton's interpreter on 2 cores: whole zoo models, and
+checks whose kernels a fast test also checks) run only when asked for: ``pytest -m slow`` or
+``AOTCOMBO_SLOW=1``.
 
 The tests by kind: ``unit/`` (one part of the builder, runtime or tools at a time, on the
 CPU), ``models/`` (the model corpora built and run under Triton's interpreter against eager:
