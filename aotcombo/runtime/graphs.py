@@ -244,10 +244,10 @@ class GraphModel:
         bound = self._bound
         if bound is None or (inputs and inputs[0] is self._inputs[0]):
             return None
-        with self._lock:
+        with self._lock:  # the tree is built under the lock: its references keep the slot from the next call
             self._order.join()
             outputs = bound.replay(inputs)
-        return None if outputs is None else self._unflatten(outputs)
+            return None if outputs is None else self._unflatten(outputs)
 
     def replay_checked(self, inputs: tuple, fresh: bool, exact: bool = True):
         """A call on inputs that passed the input check; ``fresh``: not the static inputs
@@ -275,7 +275,9 @@ class GraphModel:
                 for i in self.mutated:
                     inputs[i].copy_(self._inputs[i])
             outputs = self._slots() if self.copy_outputs else self._outputs
-        return self._unflatten(outputs)
+            # Under the lock: until the tree holds the slot's tensors, another thread's call sees
+            # the slot free (OutputSlots.free) and writes its own outputs there.
+            return self._unflatten(outputs)
 
     def _run_once(self, inputs: tuple, exact: bool):
         """A call op by op (before the capture, or after a failed one): its outputs are its own.

@@ -491,6 +491,13 @@ def test_graph_model_unchecked():
 def test_graph_model_threads():
     model, graph = _graph_model()
     errors = []
+    unflatten = model._unflatten
+
+    def slow_unflatten(outputs):  # lets another thread in before the tree holds this call's slot
+        time.sleep(0.0005)
+        return unflatten(outputs)
+
+    model._unflatten = slow_unflatten
 
     def worker(i):
         for j in range(100):
