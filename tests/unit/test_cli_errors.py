@@ -137,6 +137,51 @@ def test_inputs_do_not_fit_the_model(capsys, tmp_path):
     assert_nothing_written(tmp_path / "out")
 
 
+CACHED = """\
+import torch
+
+
+class Cached(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x, cache=None, mask=None):
+        start = cache.get_seq_length() if cache is not None else 0
+        return self.proj(x) * mask[..., None] + start
+
+
+def get_model():
+    return Cached()
+
+
+def get_example_inputs():
+    return (torch.randn(2, 4, 8), torch.ones(2, 4))
+"""
+
+
+def test_an_input_passed_by_position_to_a_parameter_that_takes_no_tensor(capsys, tmp_path):
+    """A mask given second, where forward's second parameter is a cache: the error says how the
+    inputs bind to forward's parameters and how to pass them by name."""
+    code, _, err = run(capsys, write(tmp_path, CACHED), "--out", tmp_path / "out")
+    assert code == 3
+    assert_one_error(err, "fails on its own example inputs", "get_seq_length", "line 10",
+                     "the 2 example inputs go to forward(x, cache, mask) by position, so to x, cache",
+                     "passes them on by name")
+    assert_nothing_written(tmp_path / "out")
+
+
+def test_the_trace_names_the_same_binding(tmp_path):
+    """Built from Python (no eager run first), the trace's failure gets the same fix."""
+    from aotcombo.builder.trace.diagnosis import export_failure
+
+    namespace = {}
+    exec(compile(CACHED, "model.py", "exec"), namespace)
+    error = export_failure(namespace["get_model"](), AttributeError(
+        "'FakeTensor' object has no attribute 'get_seq_length'"), 2)
+    assert "go to forward(x, cache, mask) by position, so to x, cache" in str(error)
+
+
 def test_model_that_runs_on_the_gpu_alone_builds(capsys, tmp_path):
     """The eager run on the CPU only diagnoses a failed build: a model that refuses CPU tensors
     builds (its trace runs on fake CUDA tensors)."""

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from ...errors import ModelFileError
+from .signature import misplaced_input
 from .usercode import is_user_file
 
 _counter = itertools.count()
@@ -148,7 +149,8 @@ def run_eager(model: nn.Module, inputs: tuple[torch.Tensor, ...], path: str | Pa
         shown = f"model file {path}" if path is not None else "the model"
         raise ModelFileError(
             f"{shown}: the model fails on its own example inputs: {_describe(exc)}{where}.",
-            fix="make the model run in plain PyTorch on the CPU on the inputs from get_example_inputs() "
+            fix=misplaced_input(model, exc, len(inputs))
+            or "make the model run in plain PyTorch on the CPU on the inputs from get_example_inputs() "
             "(run the file's functions in Python to see the full traceback)",
         ) from exc
 

@@ -10,6 +10,7 @@ and its model takes the identifiers as keywords too.
 from __future__ import annotations
 
 import inspect
+import re
 
 import torch
 
@@ -33,3 +34,26 @@ def input_names(model: torch.nn.Module, n: int) -> tuple[str, ...]:
             names.extend(f"{p.name}[{i}]" for i in range(n - len(names)))
     names.extend(f"input{i}" for i in range(len(names), n))
     return tuple(names)
+
+
+_NOT_AN_OBJECT = re.compile(r"'(?:Fake)?Tensor' object has no attribute '(\w+)'")
+
+
+def misplaced_input(model: torch.nn.Module, exc: BaseException, n: int) -> str | None:
+    """The fix for a model that failed because an example input reached a parameter that takes
+    no tensor (a tensor has no ``.get_seq_length``: an attention mask passed by position where
+    forward takes a cache), naming how the ``n`` inputs bind to forward; None for other failures."""
+    found = _NOT_AN_OBJECT.search(str(exc)) if isinstance(exc, AttributeError) else None
+    if found is None or not n:
+        return None
+    try:
+        every = [p.name for p in inspect.signature(model.forward).parameters.values() if p.kind in _POSITIONAL]
+    except (TypeError, ValueError):
+        every = []
+    given = input_names(model, n)
+    shown = ", ".join(every[:6]) + (", ..." if len(every) > 6 else "") if every else ", ".join(given)
+    return (f"a tensor reached code that wants another kind of object (one with .{found.group(1)}): the "
+            f"{n} example input{'s' if n > 1 else ''} go to forward({shown}) by position, so to "
+            f"{', '.join(given)}; if forward takes other parameters before those you pass, return from "
+            "get_model() a wrapper whose forward takes just your tensors and passes them on by name "
+            "(self.model(input_ids, attention_mask=attention_mask))")

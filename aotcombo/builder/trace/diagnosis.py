@@ -10,6 +10,7 @@ import traceback
 import torch
 
 from ...errors import UnsupportedModelError
+from ..inputs.signature import misplaced_input
 from ..inputs.usercode import library_where, where
 
 def loose_tensors(module: torch.nn.Module) -> list[str]:
@@ -122,12 +123,17 @@ def summary(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {head[:300]}"
 
 
-def export_failure(module: torch.nn.Module, exc: BaseException) -> UnsupportedModelError:
+def export_failure(module: torch.nn.Module, exc: BaseException, inputs: int = 0) -> UnsupportedModelError:
     """The build error for a model ``torch.export`` cannot trace: the model's line, and the fix
-    for the constructs we know (transformers' token-picking MoE experts and growing cache)."""
+    for the constructs we know (transformers' token-picking MoE experts and growing cache; an
+    example input passed by position to a parameter that takes no tensor)."""
     axes = axis_failure(exc)
     if axes is not None:
         return axes
+    misplaced = misplaced_input(module, exc, inputs)
+    if misplaced:
+        return UnsupportedModelError(
+            f"torch.export cannot trace the model{where(exc) or library_where(exc)}: {summary(exc)}", fix=misplaced)
     loose = loose_tensors(module)
     experts = token_picking_experts(module)
     cache = growing_cache(module, exc)

@@ -74,7 +74,7 @@ def trace_classes(module: torch.nn.Module, example_inputs: tuple, arch: int, cla
         except UnsupportedModelError as exc:  # ours, raised while tracing (attention): add the model's line
             raise located(exc, where(exc)) from None
         except Exception as exc:  # noqa: BLE001 - every export failure is the model's
-            raise export_failure(module, exc) from exc
+            raise export_failure(module, exc, len(example_inputs)) from exc
         reject_data_dependent_shapes(ep)
         # Functional ATen: in-place updates of inputs become extra outputs; fallbacks with a
         # plain formulation become ops Inductor writes kernels for (decompositions.py).
