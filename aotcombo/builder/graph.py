@@ -87,6 +87,9 @@ class Kernel:
     grid: tuple[int, int, int] | None = None
     num_warps: int | None = None
     num_stages: int | None = None
+    # Its source marks (codegen.combo.WAIT_MARK) where it first reads another kernel's output:
+    # launched early (programmatic dependent launch), it waits there, not at its combo's start.
+    waits: bool = False
 
     @property
     def numel(self) -> dict[str, int]:

@@ -114,7 +114,7 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
         numels=(("m", r.m), ("n", r.n), ("k", r.k)), reduction_hint=None, mutated=(),
         tiles=(("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n), ("BLOCK_K", t.block_k)),
         family="fused_linear", grid=(cdiv(r.m, t.block_m) * cdiv(r.n, t.block_n), 1, 1), num_warps=t.num_warps,
-        num_stages=t.num_stages,
+        num_stages=t.num_stages, waits=bool(qgemv and qgemv["preload"]),
     )
     return kernel, tuple(g.Ref(v) for v in values)
 
