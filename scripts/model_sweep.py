@@ -11,7 +11,8 @@ relative L2 error over the outputs, or the error that stopped it. This is how th
 sweeps found a boolean-mask bug (Falcon), layouts of convolution outputs (SegFormer), CPU
 literals (DeBERTa), OrderedDict outputs (torchvision segmentation), tiled persistent
 reductions (MaxViT) and transformers' use_cache default (Phi-3, Mixtral: an error naming the fix);
-the cases that earned a
+the 2026-12-03 sweep (25 more: encoders, speech, LLMs, MoE, timm and torchvision vision models) found no
+wrong result, only an error to improve (a mask passed by position into GPT-Neo's cache); the cases that earned a
 place are now zoo models (sample_models/zoo/), checked on the GPU. No GPU needed; a few
 minutes per large vision model (the interpreter is slow).
 """
@@ -134,6 +135,9 @@ class FFTReal(nn.Module):
         return torch.fft.fft2(x).real
 
 
+S = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+DEC = dict(S, num_key_value_heads=2)  # decoder-only LLMs: grouped key/value heads
+
 CASES = {
     "transformer_encoder": (lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(32, 4, 64, batch_first=True), 2,
                                                           enable_nested_tensor=False).eval(),
@@ -229,6 +233,48 @@ CASES = {
                                  "embedding_size": 16},
                 d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
                 encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=10), images(batch=1)),
+    # a 2026-12-03 sweep (transformers 5.24, timm 1.0.31, torchvision 0.29): each built and matched eager
+    "electra": (hf("ElectraConfig", "ElectraModel", embedding_size=16, **S), tokens()),
+    "mobilebert": (hf("MobileBertConfig", "MobileBertModel", vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                      num_attention_heads=4, intermediate_size=64, embedding_size=16, intra_bottleneck_size=16,
+                      true_hidden_size=16, num_feedforward_networks=2), tokens()),
+    "mpnet": (hf("MPNetConfig", "MPNetModel", **S), tokens()),
+    "funnel": (hf("FunnelConfig", "FunnelModel", vocab_size=100, d_model=32, n_head=4, d_head=8, d_inner=64,
+                  block_sizes=[1, 1]), tokens()),
+    "squeezebert": (hf("SqueezeBertConfig", "SqueezeBertModel", vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                       num_attention_heads=4, intermediate_size=64, embedding_size=32), tokens()),
+    "deberta": (hf("DebertaConfig", "DebertaModel", **S), tokens()),
+    "convbert": (hf("ConvBertConfig", "ConvBertModel", embedding_size=32, **S), tokens()),
+    "marian": (hf("MarianConfig", "MarianMTModel", vocab_size=100, d_model=32, encoder_layers=1, decoder_layers=1,
+                  encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                  decoder_start_token_id=0, pad_token_id=1, use_cache=False),
+               lambda: (torch.randint(2, 100, (2, 12)), torch.ones(2, 12, dtype=torch.int64),
+                        torch.randint(2, 100, (2, 7)))),
+    "hubert": (hf("HubertConfig", "HubertModel", hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                  intermediate_size=64, conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3),
+                  num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2), lambda: (torch.randn(2, 1600),)),
+    "wavlm": (hf("WavLMConfig", "WavLMModel", hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                 intermediate_size=64, conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3),
+                 num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2), lambda: (torch.randn(2, 1600),)),
+    "swinv2_hf": (hf("Swinv2Config", "Swinv2Model", image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
+                     num_heads=[2, 2], window_size=4), images(size=32)),
+    "poolformer": (hf("PoolFormerConfig", "PoolFormerModel", hidden_sizes=[16, 32, 48, 64], depths=[1, 1, 1, 1]),
+                   images()),
+    "olmo2": (hf("Olmo2Config", "Olmo2Model", use_cache=False, **DEC), tokens()),
+    "stablelm": (hf("StableLmConfig", "StableLmModel", use_cache=False, **DEC), tokens()),
+    "starcoder2": (hf("Starcoder2Config", "Starcoder2Model", use_cache=False, **DEC), tokens()),
+    "granite": (hf("GraniteConfig", "GraniteModel", use_cache=False, **DEC), tokens()),
+    "cohere": (hf("CohereConfig", "CohereModel", use_cache=False, **DEC), tokens()),
+    "qwen2_moe": (hf("Qwen2MoeConfig", "Qwen2MoeModel", use_cache=False, num_experts=4, num_experts_per_tok=2,
+                     moe_intermediate_size=32, shared_expert_intermediate_size=32, **DEC), tokens()),
+    "timm_cait": (timm_model("cait_xxs24_224", num_classes=10, img_size=32, patch_size=8, depth=2,
+                             depth_token_only=1), images(size=32)),
+    "timm_ghostnet": (timm_model("ghostnet_050", num_classes=10), images()),
+    "timm_repvgg": (timm_model("repvgg_a0", num_classes=10), images()),
+    "timm_hrnet": (timm_model("hrnet_w18_small", num_classes=10), images()),
+    "timm_efficientvit": (timm_model("efficientvit_b0", num_classes=10), images()),
+    "tv_swin_v2": (tv("swin_v2_t", num_classes=10), images(size=64, batch=1)),
+    "tv_mnasnet": (tv("mnasnet0_5", num_classes=10), images()),
 }
 
 
