@@ -228,9 +228,9 @@ def test_a_kernel_that_waits_itself_waits_where_it_marks(monkeypatch):
     the combo lets the next launch start only at its end (not before that wait); not launched
     early, the mark is nothing. ``TRIGGER_AT_END``: every combo triggers at its end."""
     combo = two_kernel_plan().combos[0]
-    marked = [dataclasses.replace(s, kernel=dataclasses.replace(s.kernel, waits=True, source=s.kernel.source.replace(
-        "xoffset =", f"{codegen_combo.WAIT_MARK}\n    xoffset =", 1))) for s in combo.subs]
-    assert all(codegen_combo.WAIT_MARK in s.kernel.source for s in marked)
+    marked = [dataclasses.replace(s, kernel=dataclasses.replace(s.kernel, source=s.kernel.source.replace(
+        "xoffset =", f"{g.WAIT_MARK}\n    xoffset =", 1))) for s in combo.subs]
+    assert all(s.kernel.waits for s in marked) and not any(s.kernel.waits for s in combo.subs)
     waiting = dataclasses.replace(combo, subs=marked)
     source = codegen_combo.render_combo(waiting, pdl=True)
     helpers, body = source.split("def combo_0")
@@ -239,7 +239,7 @@ def test_a_kernel_that_waits_itself_waits_where_it_marks(monkeypatch):
                                                               "# the launch after this one may start: this program "
                                                               "is through its work")
     plain = codegen_combo.render_combo(waiting)
-    assert "gdc_" not in plain and codegen_combo.WAIT_MARK not in plain
+    assert "gdc_" not in plain and g.WAIT_MARK not in plain
     monkeypatch.setattr(codegen_combo, "TRIGGER_AT_END", True)
     body = codegen_combo.render_combo(combo, pdl=True).split("def combo_0")[1]
     assert body.index("gdc_wait()") < body.index("else:") < body.index("gdc_launch_dependents()")

@@ -19,7 +19,6 @@ _PDL_CALLS = ("tl.extra.cuda.gdc_wait()", "tl.extra.cuda.gdc_launch_dependents()
 # its programs are through their work, not at its start (a combo whose sub-kernels wait themselves,
 # Kernel.waits, triggers at its end always: not before its own wait)
 TRIGGER_AT_END = False
-WAIT_MARK = "# PDL wait"  # where a sub-kernel that waits itself (Kernel.waits) waits, launched early
 
 
 def pdl_roles(plan: Plan) -> tuple[set[str], set[str]]:
@@ -178,7 +177,7 @@ def render_combo(combo: Combo, pdl: bool = False, trigger: bool | None = None) -
     (programmatic dependent launch, sm_90 and later: the runtime launches it early);
     ``trigger`` (default: ``pdl``): it lets the launch after it start once it has started."""
     waits = pdl and all(s.kernel.waits for s in combo.subs)  # each sub-kernel waits itself
-    helpers = list(dict.fromkeys(helper_source(s).replace(WAIT_MARK, _PDL_CALLS[0] if waits else "pass")
+    helpers = list(dict.fromkeys(helper_source(s).replace(g.WAIT_MARK, _PDL_CALLS[0] if waits else "pass")
                                  for s in combo.subs))
     setup, subs = _dispatch(combo)
     trigger = pdl if trigger is None else trigger

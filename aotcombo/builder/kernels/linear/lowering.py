@@ -102,7 +102,7 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
         dot_options=f', input_precision="{recipes.FP32_DOT_PRECISION}"' if r.dtype == "float32" else "",
         glu=r.glu, quant=quant, qgemv=qgemv, gemv=t.gemv,
         glu_offset=r.n * (w_stride[0] if r.weight_layout == "nk" else w_stride[1]),
-        sum_once=t.gemv and t.sum_once,
+        sum_once=t.gemv and t.sum_once, wait_mark=g.WAIT_MARK,
     )
     source = render("fused_linear.py.j2", name="KERNEL", **context)
     name = "fused_linear_" + hashlib.sha256(source.encode()).hexdigest()[:12]
@@ -114,7 +114,7 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
         numels=(("m", r.m), ("n", r.n), ("k", r.k)), reduction_hint=None, mutated=(),
         tiles=(("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n), ("BLOCK_K", t.block_k)),
         family="fused_linear", grid=(cdiv(r.m, t.block_m) * cdiv(r.n, t.block_n), 1, 1), num_warps=t.num_warps,
-        num_stages=t.num_stages, waits=bool(qgemv and qgemv["preload"]),
+        num_stages=t.num_stages,
     )
     return kernel, tuple(g.Ref(v) for v in values)
 

@@ -46,7 +46,7 @@ CHUNK = 16  # bytes a thread loads at once (a 128-bit load)
 ROWS = True  # the tile's rows one at a time, x's work (loads, norm, splits) once for all of them
 ROW_TILE = 4  # rows a program, taken one at a time (8 measured slower in the step, int8 and int4)
 # Experiment (not measured yet): where all of k is one step, a program's W rows are loaded before its
-# programmatic-dependent-launch wait (W is written by no kernel): it waits at codegen.combo.WAIT_MARK
+# programmatic-dependent-launch wait (W is written by no kernel): it waits at graph.WAIT_MARK
 PRELOAD = False
 WIDE = (65536, 16, 2)  # from this many output rows (an LM head's): rows a program, int4's warps
 MAGIC = {23: ("0x4B000000", 8388608.0), 19: ("0x49000000", 524288.0)}  # 2^e: its bits, its value
@@ -350,18 +350,18 @@ def loop(r: Recipe, specs: dict, t: Tiles, products: list[str]) -> dict:
     lines = _x_lines(r, specs, per_chunk) + ([] if per_channel else [f"kc = k0 + rc * {chunk * per_byte}"])
     row_lines: list[str] = []
     split: set = set()
-    preload = PRELOAD and rows and r.k <= t.block_k
-    for half, product in enumerate(products):
-        if not rows:
-            lines.extend(_product_lines(r, specs["w"], half, product, chunk, split))
-        elif not preload:
-            row_lines.extend(_product_lines(r, specs["w"], half, product, chunk, split, rows))
-    blocks = [[line for half, product in enumerate(products)
-               for line in _product_lines(r, specs["w"], half, product, chunk, split, rows, f"w{half}_{i}")]
-              for i in range(t.block_n)] if preload else []
-    loads = [f"w{half}_{i} = " + w_load(specs["w"], r, half, f"(pid_n * BLOCK_N + {i})",
-                                         f"(pid_n * BLOCK_N + {i} < {r.n})")
-             for i in range(t.block_n) for half in range(len(products))] if preload else []
+    loads: list[str] = []  # PRELOAD: each row's W, named w{half}_{row}, loaded before the wait
+    blocks: list[list[str]] = []  # PRELOAD: each row's lines, reading those names
+    if PRELOAD and rows and r.k <= t.block_k:
+        for i in range(t.block_n):
+            row, block = f"(pid_n * BLOCK_N + {i})", []
+            for half, product in enumerate(products):
+                loads.append(f"w{half}_{i} = " + w_load(specs["w"], r, half, row, f"({row} < {r.n})"))
+                block += _product_lines(r, specs["w"], half, product, chunk, split, rows, f"w{half}_{i}")
+            blocks.append(block)
+    else:
+        for half, product in enumerate(products):
+            (row_lines if rows else lines).extend(_product_lines(r, specs["w"], half, product, chunk, split, rows))
 
     def tiled(lines: list[str]) -> list[str]:
         return [line.replace("CHUNKS", str(chunks)).replace("TILE", "1" if rows else "BLOCK_N") for line in lines]
