@@ -59,9 +59,6 @@ class Input:
     key: str | int
 
 
-WAIT_MARK = "# PDL wait"  # a line of a kernel that waits itself (Kernel.waits); codegen.combo fills it
-
-
 @dataclass(frozen=True)
 class Kernel:
     """One fused scheduler node, as the Triton kernel inductor wrote for it."""
@@ -90,12 +87,6 @@ class Kernel:
     grid: tuple[int, int, int] | None = None
     num_warps: int | None = None
     num_stages: int | None = None
-
-    @property
-    def waits(self) -> bool:
-        """Whether its source marks (``WAIT_MARK``) where it first reads another kernel's output:
-        launched early (programmatic dependent launch), it waits there, not at its combo's start."""
-        return WAIT_MARK in self.source
 
     @property
     def numel(self) -> dict[str, int]:

@@ -220,26 +220,3 @@ def test_pdl_waits_first_and_only_on_hopper_and_later():
                        combo.num_warps)
     assert compile_triton_job.run_job(job).pdl
     assert not compile_triton_job.run_job(dataclasses.replace(job, source=plain)).pdl
-
-
-def test_a_kernel_that_waits_itself_waits_where_it_marks(monkeypatch):
-    """A sub-kernel whose source marks its wait (``Kernel.waits``: a quantized GEMV whose W is
-    asked for first, ``quant_gemv.PRELOAD``) waits there when its combo is launched early, and
-    the combo lets the next launch start only at its end (not before that wait); not launched
-    early, the mark is nothing. ``TRIGGER_AT_END``: every combo triggers at its end."""
-    combo = two_kernel_plan().combos[0]
-    marked = [dataclasses.replace(s, kernel=dataclasses.replace(s.kernel, source=s.kernel.source.replace(
-        "xoffset =", f"{g.WAIT_MARK}\n    xoffset =", 1))) for s in combo.subs]
-    assert all(s.kernel.waits for s in marked) and not any(s.kernel.waits for s in combo.subs)
-    waiting = dataclasses.replace(combo, subs=marked)
-    source = codegen_combo.render_combo(waiting, pdl=True)
-    helpers, body = source.split("def combo_0")
-    assert helpers.count("tl.extra.cuda.gdc_wait()") == len({s.kernel.name for s in marked})
-    assert "gdc_wait" not in body and body.rstrip().endswith("tl.extra.cuda.gdc_launch_dependents()  "
-                                                              "# the launch after this one may start: this program "
-                                                              "is through its work")
-    plain = codegen_combo.render_combo(waiting)
-    assert "gdc_" not in plain and g.WAIT_MARK not in plain
-    monkeypatch.setattr(codegen_combo, "TRIGGER_AT_END", True)
-    body = codegen_combo.render_combo(combo, pdl=True).split("def combo_0")[1]
-    assert body.index("gdc_wait()") < body.index("else:") < body.index("gdc_launch_dependents()")

@@ -191,19 +191,6 @@ def test_a_gemv_whose_k_step_holds_a_chunk_a_thread_takes_its_rows_one_at_a_time
     assert len(by_rows) == 3 and by_rows == [False, False, True]  # q/k/v, gate/up, down
 
 
-def test_a_gemv_may_ask_for_its_weights_before_its_wait(tmp_path, monkeypatch):
-    """``quant_gemv.PRELOAD``: where all of k is one step, each row's W loaded first (before the
-    mark where the kernel waits, launched early), then x's work and the rows as before."""
-    from aotcombo.builder.graph import WAIT_MARK
-    from aotcombo.builder.kernels.linear import quant_gemv
-
-    monkeypatch.setattr(quant_gemv, "PRELOAD", True)
-    result = _build_and_check(Block(_int8(True), hidden=2048), 1, tmp_path)
-    down = [s.kernel for c in result.variants[0].plan.combos for s in c.subs if s.kernel.waits]
-    assert len(down) == 1 and down[0].source.index("w0_3 = tl.load(") < down[0].source.index(
-        WAIT_MARK) < down[0].source.index("x_ptr + pid_m")
-
-
 @pytest.mark.parametrize("k", [1536, 2048, 3072, 11008])
 @pytest.mark.parametrize("bits", [8, 4])
 def test_row_tiles_are_powers_of_two(k, bits):

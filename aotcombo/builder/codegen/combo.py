@@ -15,10 +15,6 @@ from .render import render
 
 PDL_MIN_ARCH = 90  # griddepcontrol (programmatic dependent launch): Hopper and later
 _PDL_CALLS = ("tl.extra.cuda.gdc_wait()", "tl.extra.cuda.gdc_launch_dependents()")
-# Experiment (not measured yet): every combo lets the launch after it start only at its end, once
-# its programs are through their work, not at its start (a combo whose sub-kernels wait themselves,
-# Kernel.waits, triggers at its end always: not before its own wait)
-TRIGGER_AT_END = False
 
 
 def pdl_roles(plan: Plan) -> tuple[set[str], set[str]]:
@@ -176,12 +172,8 @@ def render_combo(combo: Combo, pdl: bool = False, trigger: bool | None = None) -
     """The combo kernel's module; ``pdl``: the kernel waits for the one launched before it
     (programmatic dependent launch, sm_90 and later: the runtime launches it early);
     ``trigger`` (default: ``pdl``): it lets the launch after it start once it has started."""
-    waits = pdl and all(s.kernel.waits for s in combo.subs)  # each sub-kernel waits itself
-    helpers = list(dict.fromkeys(helper_source(s).replace(g.WAIT_MARK, _PDL_CALLS[0] if waits else "pass")
-                                 for s in combo.subs))
+    helpers = list(dict.fromkeys(helper_source(s) for s in combo.subs))
     setup, subs = _dispatch(combo)
-    trigger = pdl if trigger is None else trigger
-    at_end = trigger and (TRIGGER_AT_END or waits)
     return render(
         "combo_kernel.py.j2",
         combo=combo,
@@ -191,8 +183,7 @@ def render_combo(combo: Combo, pdl: bool = False, trigger: bool | None = None) -
         setup=setup,
         subs=subs,
         prelude=KERNEL_PRELUDE,
-        pdl_calls=_PDL_CALLS[:1] * (pdl and not waits) + _PDL_CALLS[1:] * (trigger and not at_end),
-        end_calls=_PDL_CALLS[1:] * at_end,
+        pdl_calls=_PDL_CALLS[:1] * pdl + _PDL_CALLS[1:] * (pdl if trigger is None else trigger),
     )
 
 

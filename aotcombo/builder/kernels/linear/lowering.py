@@ -102,7 +102,7 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
         dot_options=f', input_precision="{recipes.FP32_DOT_PRECISION}"' if r.dtype == "float32" else "",
         glu=r.glu, quant=quant, qgemv=qgemv, gemv=t.gemv,
         glu_offset=r.n * (w_stride[0] if r.weight_layout == "nk" else w_stride[1]),
-        sum_once=t.gemv and t.sum_once, wait_mark=g.WAIT_MARK,
+        sum_once=t.gemv and t.sum_once,
     )
     source = render("fused_linear.py.j2", name="KERNEL", **context)
     name = "fused_linear_" + hashlib.sha256(source.encode()).hexdigest()[:12]

@@ -45,9 +45,6 @@ from .recipe import Recipe, Tiles
 CHUNK = 16  # bytes a thread loads at once (a 128-bit load)
 ROWS = True  # the tile's rows one at a time, x's work (loads, norm, splits) once for all of them
 ROW_TILE = 4  # rows a program, taken one at a time (8 measured slower in the step, int8 and int4)
-# Experiment (not measured yet): where all of k is one step, a program's W rows are loaded before its
-# programmatic-dependent-launch wait (W is written by no kernel): it waits at graph.WAIT_MARK
-PRELOAD = False
 WIDE = (65536, 16, 2)  # from this many output rows (an LM head's): rows a program, int4's warps
 MAGIC = {23: ("0x4B000000", 8388608.0), 19: ("0x49000000", 524288.0)}  # 2^e: its bits, its value
 
@@ -264,22 +261,17 @@ def _chained(pairs: list[tuple[str, str]], chunk: int, split: set) -> list[str]:
     return lines + [f"p = {terms[0]}"] + [f"p += {t}" for t in terms[1:]]
 
 
-def w_load(q: g.TensorSpec, r: Recipe, half: int, rn: str, mask_n: str) -> str:
-    """The load of one product's W bytes at ``kb`` for the rows ``rn``."""
-    start = f"{half * r.n * q.stride[0]} + " if half else ""
-    return f"tl.load(w_ptr + {start}{rn} * {q.stride[0]} + kb * {q.stride[1]}, mask={mask_n} & mask_b, other=0)"
-
-
 def _product_lines(r: Recipe, q: g.TensorSpec, half: int, product: str, chunk: int, split: set,
-                   rows: bool = False, loaded: str | None = None) -> list[str]:
-    """One product's W tile loaded (or ``loaded``: the name holding it), dequantized and summed:
-    per chunk, scaled, into ``{product}_c`` (a scale per output channel is left to after the
-    loop: summed per chunk where the rows are taken one at a time, else per element)."""
+                   rows: bool = False) -> list[str]:
+    """One product's W tile loaded, dequantized and summed: per chunk, scaled, into
+    ``{product}_c`` (a scale per output channel is left to after the loop: summed per chunk
+    where the rows are taken one at a time, else per element)."""
     quant = r.quant
     per_channel = quant.per_channel(r.k)
     per_chunk = rows or not per_channel
+    start = f"{half * r.n * q.stride[0]} + " if half else ""
     rn, mask_n = ("row", "mask_row") if rows else ("rn3", "mask_n3")
-    lines = [f"w = {loaded or w_load(q, r, half, rn, mask_n)}"]
+    lines = [f"w = tl.load(w_ptr + {start}{rn} * {q.stride[0]} + kb * {q.stride[1]}, mask={mask_n} & mask_b, other=0)"]
     dequantized, pairs = _dequantized(r, q, 0.0 if per_chunk else quant.zero_value, per_chunk)
     lines += dequantized
     if not per_chunk:  # summed per element across the loop: the scale multiplies the sum
@@ -350,22 +342,12 @@ def loop(r: Recipe, specs: dict, t: Tiles, products: list[str]) -> dict:
     lines = _x_lines(r, specs, per_chunk) + ([] if per_channel else [f"kc = k0 + rc * {chunk * per_byte}"])
     row_lines: list[str] = []
     split: set = set()
-    loads: list[str] = []  # PRELOAD: each row's W, named w{half}_{row}, loaded before the wait
-    blocks: list[list[str]] = []  # PRELOAD: each row's lines, reading those names
-    if PRELOAD and rows and r.k <= t.block_k:
-        for i in range(t.block_n):
-            row, block = f"(pid_n * BLOCK_N + {i})", []
-            for half, product in enumerate(products):
-                loads.append(f"w{half}_{i} = " + w_load(specs["w"], r, half, row, f"({row} < {r.n})"))
-                block += _product_lines(r, specs["w"], half, product, chunk, split, rows, f"w{half}_{i}")
-            blocks.append(block)
-    else:
-        for half, product in enumerate(products):
-            (row_lines if rows else lines).extend(_product_lines(r, specs["w"], half, product, chunk, split, rows))
+    for half, product in enumerate(products):
+        (row_lines if rows else lines).extend(_product_lines(r, specs["w"], half, product, chunk, split, rows))
 
     def tiled(lines: list[str]) -> list[str]:
         return [line.replace("CHUNKS", str(chunks)).replace("TILE", "1" if rows else "BLOCK_N") for line in lines]
 
     return {"chunk": chunk, "chunks": chunks, "per_byte": per_byte, "k_bytes": r.k // per_byte,
             "width": 1 if per_chunk else chunk, "rows": rows, "lines": tiled(lines),
-            "row_lines": tiled(row_lines), "preload": loads, "row_blocks": [tiled(b) for b in blocks]}
+            "row_lines": tiled(row_lines)}

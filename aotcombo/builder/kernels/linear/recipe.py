@@ -115,6 +115,10 @@ DECODE_DTYPES = (torch.bfloat16, torch.float16)
 # before it asks for W; its first W tile asked for before the statistics instead (one tile's
 # registers, the loop taking it at k0 == 0): bf16 0.867 / 0.872 -> 0.892 / 0.897 ms, int8 0.630 /
 # 0.635 -> 0.635 / 0.640, int4 0.644 / 0.649 -> 0.638 / 0.644; the same errors against float32.
+# Tried, not kept (2026-12-03, H200, same bench, one run, position 1000, main then B C D in turn): B, every
+# combo letting the next launch start at its end, not its start: bf16 0.873 -> 0.914 ms, int8 0.602 -> 0.643,
+# int4 0.498 -> 0.533; C, a GEMV whose k is one step loading its rows' W before its PDL wait (then
+# triggering at its end; small tiles: four rows a program): int8 0.644, int4 0.540; D, both: 0.667, 0.564.
 # "unit" (quant_gemv.unit, the default): weights scaled per group (int4's) take each byte as 1 + byte /
 # 2^15, one byte permute into bits 8-15 of 1.0's and no subtraction a weight; the ones (and a constant
 # zero point) leave each chunk's sum through one sum of x a chunk (quant_gemv.carrier), x's work shared by
