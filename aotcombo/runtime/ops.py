@@ -26,6 +26,10 @@ symmetric-memory one-shot all-reduce (``symm_mem.one_shot_all_reduce_copy_out``,
 reading the other rank's copy over NVLink) for the decode step's all-reduces: Llama 3 8B at
 TP 2 on two H100s 3.981 ms a step against NCCL's 3.974 (2026-11-27), outputs within tolerance.
 
+``addmm_activation`` is ``aten._addmm_activation``, a linear with its bias and activation in
+cuBLASLt's epilogue, where CUDA's kernel takes GELU's tanh form; on the CPU (the build's
+interpreter) torch's kernel takes GELU's exact form, so there it is computed as CUDA does.
+
 ``placed_root`` allocates a buffer whose view is an output around that output's tensor in its
 output slot (outputs.py), so that the program writes the output in place.
 """
@@ -38,6 +42,7 @@ import threading
 import torch
 
 from .outputs import span_of
+from .torch_private import addmm_activation as _addmm_activation
 
 _fresh = threading.local()
 
@@ -72,6 +77,14 @@ def _no_plans():
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+
+def addmm_activation(bias, x, w, *, use_gelu: bool = False) -> torch.Tensor:
+    """``act(bias + x @ w)``, ``act`` GELU's tanh form (``use_gelu``) or ReLU, as CUDA computes it."""
+    if x.is_cuda:
+        return _addmm_activation(bias, x, w, use_gelu=use_gelu)
+    out = torch.addmm(bias, x, w)
+    return torch.nn.functional.gelu(out, approximate="tanh") if use_gelu else torch.relu(out)
 
 
 def in_layout(out: torch.Tensor, layout: str) -> torch.Tensor:

@@ -20,6 +20,11 @@ has a fallback or is checked before it is trusted:
   public call says so; None: slots are never reused (a new set of outputs per call).
 - ``foreach_copy``: ``torch._foreach_copy_``, one call for many copies (graph mode's copies in
   and out of 8 tensors or more); None: one ``copy_`` per tensor.
+- ``addmm_activation``: ``aten._addmm_activation``, a linear's bias and GELU (tanh form) or ReLU
+  in cuBLASLt's epilogue (ops.py ``addmm_activation``; the builder's
+  ``kernels/linear/activation_epilogue.py``). Unchanged since torch 1.13; a package whose program
+  calls it lists it among its private ops (``Manifest.private_ops``), so the torch check at load
+  names it.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
 storage_use_count = getattr(torch._C, "_storage_Use_Count", None)
 
 foreach_copy = getattr(torch, "_foreach_copy_", None)
+
+addmm_activation = torch.ops.aten._addmm_activation.default
 
 
 def storage_handle(tensor: torch.Tensor) -> int:

@@ -24,3 +24,13 @@ def recompiled(ep, count: int, dead_code: bool = False) -> int:
         ep.graph.lint()
         ep.graph_module.recompile()
     return count
+
+
+def meta_value(a):
+    """An FX call's argument as its fake value: a node's ``meta["val"]``, lists and tuples
+    element by element, anything else as it is."""
+    if hasattr(a, "meta") and hasattr(a, "op"):  # a torch.fx.Node
+        return a.meta.get("val")
+    if isinstance(a, (list, tuple)):
+        return type(a)(meta_value(v) for v in a)
+    return a

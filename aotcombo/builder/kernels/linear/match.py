@@ -22,7 +22,7 @@ import operator
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from ..common import cdiv, recompiled
+from ..common import cdiv, meta_value, recompiled
 from .dynamic_rows import FEW_TOKENS_MAX_WEIGHT_BYTES, rows_bound, rows_contiguous, same_shape
 # The custom op the rewrite calls (torch.ops.aotcombo.fused_linear) is registered by recipe.
 from .quant import is_dequantize, parts as dequantize_parts
@@ -370,7 +370,7 @@ def _replace(graph, matmul, x, weight, layout, bias, bias_kind, m, n, k, norm, v
                                    (made[0], weight, quantized + made[1:], recipe.to_json()))
         result = call if dynamic_rows else graph.call_function(aten.reshape.default, (call, list(out_val.shape)))
     for node in dict.fromkeys((*made[dynamic_rows:], call, result)):
-        node.meta["val"] = node.target(*(_meta_args(a) for a in node.args))
+        node.meta["val"] = node.target(*(meta_value(a) for a in node.args))
     result.meta.update({key: value for key, value in last.meta.items() if key != "val"})
     call.meta.update({key: value for key, value in matmul.meta.items() if key != "val"})
     last.replace_all_uses_with(result)
@@ -382,11 +382,3 @@ def _replace(graph, matmul, x, weight, layout, bias, bias_kind, m, n, k, norm, v
                 graph.erase_node(user)
         if not node.users:
             graph.erase_node(node)
-
-
-def _meta_args(a):
-    if isinstance(a, torch.fx.Node):
-        return _val(a)
-    if isinstance(a, (list, tuple)):
-        return type(a)(_meta_args(v) for v in a)
-    return a
