@@ -44,7 +44,7 @@ HIDDEN = 64
 
 def get_model():
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(32, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 16))
+    return nn.Sequential(nn.Linear(32, HIDDEN), nn.GELU(), nn.Linear(HIDDEN, 16))
 
 
 def get_example_inputs():

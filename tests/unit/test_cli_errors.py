@@ -50,7 +50,7 @@ from torch import nn
 
 def get_model():
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 16))
+    return nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 16))
 
 
 def get_example_inputs():
@@ -185,7 +185,7 @@ def test_the_trace_names_the_same_binding(tmp_path):
 def test_model_that_runs_on_the_gpu_alone_builds(capsys, tmp_path):
     """The eager run on the CPU only diagnoses a failed build: a model that refuses CPU tensors
     builds (its trace runs on fake CUDA tensors)."""
-    gpu_only = MLP.replace("    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 16))", """\
+    gpu_only = MLP.replace("    return nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 16))", """\
     return GpuOnly()
 
 

@@ -1,7 +1,7 @@
-"""A large linear's activation in cuBLASLt's epilogue: ``torch._addmm_activation``.
+"""The activation of a linear left to cuBLAS, in cuBLASLt's epilogue: ``aten._addmm_activation``.
 
-The linears cuBLAS keeps (too large for ours: ``match``) run as ``addmm``, and their activation
-as a kernel after it, Inductor's, which reads and writes the product again. cuBLASLt adds the
+The linears cuBLAS keeps (too large for ours, or of too few tiles: ``match``) run as ``addmm``,
+and their activation as a kernel after it, Inductor's, which reads and writes the product again. cuBLASLt adds the
 bias and applies GELU's tanh form or ReLU in the GEMM's epilogue instead: one launch, the
 product written once. H200, torch 2.11, CUDA graphs, medians
 (``benchmarks/addmm_activation_probe.py``): bf16 x [m, 768] by [768, 3072] (GPT-2 small's FFN-up),
