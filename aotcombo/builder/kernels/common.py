@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch.fx
+
 TRITON_DTYPE = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32"}
 POINTER_TYPE = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "bool": "*i1", "int8": "*i8",
                 "uint8": "*u8"}
@@ -29,7 +31,7 @@ def recompiled(ep, count: int, dead_code: bool = False) -> int:
 def meta_value(a):
     """An FX call's argument as its fake value: a node's ``meta["val"]``, lists and tuples
     element by element, anything else as it is."""
-    if hasattr(a, "meta") and hasattr(a, "op"):  # a torch.fx.Node
+    if isinstance(a, torch.fx.Node):
         return a.meta.get("val")
     if isinstance(a, (list, tuple)):
         return type(a)(meta_value(v) for v in a)
