@@ -26,7 +26,7 @@ from ..runtime.manifest import Dynamic, Manifest, dynamic_axes
 from . import kernels
 from .cache.store import Cache
 from .codegen.check import check_on_meta
-from .codegen.combo import PDL_MIN_ARCH, pdl_roles, render_combo
+from .codegen.combo import PDL_MIN_ARCH, early_launches, render_combo
 from .codegen.program import render_program
 from .compile.jobs import Jobs, label
 from .compile.scheduler import Scheduler, default_jobs
@@ -195,10 +195,10 @@ def _variant(build: Build, batch, arch: int, tokens, where: str, traced) -> bool
     if program not in build.checked:
         check_on_meta(program, plan.graph, f"{options.name}_b{batch}_sm{arch}")
         build.checked.add(program)
-    early, trigger = pdl_roles(plan) if options.pdl and arch >= PDL_MIN_ARCH else (set(), set())
+    pdl = options.pdl and arch >= PDL_MIN_ARCH
+    early = early_launches(plan) if pdl else set()
     variant = VariantBuild(arch, batch, plan, program,
-                           {c.name: render_combo(c, pdl=c.name in early, trigger=c.name in trigger)
-                            for c in plan.combos},
+                           {c.name: render_combo(c, pdl=c.name in early, trigger=pdl) for c in plan.combos},
                            trace_cached=traced.cached, max_tokens=tokens)
     build.variants.append(variant)
     build.jobs.add(variant)

@@ -198,6 +198,11 @@ def test_manifest_has_what_inspect_needs_and_what_the_runtime_reads(builds):
             # sm_90: launched early, waiting on the GPU for the kernel before, unless that is an extern call
             assert k.pdl == (k.name not in after_extern), (k.name, variant.schedule)
             assert k.subs and all(b.programs >= 1 and b.block for b in k.subs)
+        # every kernel lets the launch after it start (a no-op before a launch that is not early),
+        # so that its image does not depend on what follows it
+        with zipfile.ZipFile(builds[0].wheel) as zf:
+            sources = json.loads(zf.read("mlp/kernels/sources.json"))
+        assert all("gdc_launch_dependents()" in sources[k.image] for k in variant.kernels)
 
 
 def test_manifest_decoding_names_what_is_wrong(builds):

@@ -187,17 +187,15 @@ def test_installed_copy_finds_its_templates(tmp_path):
 
 
 def test_only_launches_between_our_kernels_are_early():
-    """PDL's roles (``pdl_roles``): a combo first or after another is launched early and the one
-    before it lets it start; after an extern call (cuBLAS's, cuDNN's: measured slower) or a
-    collective (a wait on NCCL's stream), neither."""
+    """PDL (``early_launches``): a combo first or after another is launched early; after an extern
+    call (cuBLAS's, cuDNN's: measured slower) or a collective (a wait on NCCL's stream), not."""
     plan = two_kernel_plan()
     mm = g.Extern(op="aten::mm.out", args=(), kwargs=(), out=None, writes=())
     reduce = g.Extern(op=f"{g.COLLECTIVES}::all_reduce", args=(), kwargs=(), out=None, writes=())
     launch = [ComboLaunch(f"c{i}", ()) for i in range(6)]
     alloc = g.Alloc("t", g.TensorSpec((4,), (1,), "float32"))
     ops = (launch[0], mm, launch[1], launch[2], alloc, launch[3], reduce, launch[4], mm, mm, launch[5])
-    early, trigger = codegen_combo.pdl_roles(dataclasses.replace(plan, ops=ops))
-    assert early == {"c0", "c2", "c3"} and trigger == {"c1", "c2"}
+    assert codegen_combo.early_launches(dataclasses.replace(plan, ops=ops)) == {"c0", "c2", "c3"}
 
 
 def test_pdl_waits_first_and_only_on_hopper_and_later():
