@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from performance_format import jsonl, shown, table
+from performance_format import device_of, jsonl, ms, ratio, shown, table
 
 
 def section_roofline(results: Path, source: str) -> list[str]:
@@ -26,3 +26,42 @@ def section_roofline(results: Path, source: str) -> list[str]:
              "torch's profiler)."), "",
             *table(["model", "dtype", "MB", "GFLOP", "bound", "floor H100", "floor H200"], body), "",
             f"Source: `{shown(path)}`.", ""]
+
+
+ONE_RUN_ORDER = ("bert_base", "gpt2", "llama_1b", "vit_base", "resnet50", "whisper_encoder", "sd_unet")
+
+
+def section_one_run(results: Path, sources: list[str], roofline: str) -> list[str]:
+    """Every full-size model at its example shape: its floor on the run's GPU beside eager,
+    reduce-overhead, max-autotune and our two calls (``benchmarks/zoo_bench.py --max-autotune``)."""
+    paths = [results / name for name in sources]
+    if not all(p.is_file() for p in paths) or not (results / roofline).is_file():
+        return []
+    rows = {r["model"].removeprefix("full/"): r for p in paths for r in jsonl(p) if "model" in r}
+    floors = {r["model"]: r for r in jsonl(results / roofline)}
+    device = device_of(results, sources[0])
+    gpu = "H200" if "H200" in device else "H100"
+    body = []
+    for model in (m for m in ONE_RUN_ORDER if m in rows):
+        r, floor = rows[model], floors.get(model, {}).get(f"floor_us_{gpu}")
+        floor_ms = floor / 1e3 if floor else None
+        body.append([model, ms(floor_ms), ms(r.get("eager_ms")), ms(r.get("compile_ro_ms")),
+                     ms(r.get("compile_ma_ms")), ms(r.get("ours_default_ms")), ms(r.get("ours_static_ms")),
+                     ratio(r.get("compile_ro_ms"), r.get("ours_default_ms")),
+                     ratio(r.get("compile_ma_ms"), r.get("ours_default_ms")),
+                     ratio(r.get("ours_static_ms"), floor_ms)])
+    missing = [m for m in ONE_RUN_ORDER if m not in rows]
+    no_ma = [m for m in ONE_RUN_ORDER if m in rows and "compile_ma_ms" not in rows[m]]
+    gaps = ((f" Not in these runs: {', '.join(missing)}." if missing else "")
+            + (f" Without max-autotune: {', '.join(no_ma)}." if no_ma else ""))
+    return ["## Full-size models in one run", "",
+            ("Each full-size model at its file's example shape (`sample_models/full_size/`, built with "
+             "`--weights external --arch sm_90`), each row from one process of `benchmarks/zoo_bench.py "
+             "--max-autotune full/MODEL ...` (eager, then ours default and serving path call by call in turn, then "
+             "reduce-overhead, then max-autotune, each after its warm-up); milliseconds, medians. *floor*: the "
+             f"model's roofline floor on this GPU ({gpu}, \"Roofline floors\" below). *RO / default* and *MA / "
+             "default*: torch.compile's time over our default call's; *serving / floor*: how far our serving path "
+             "sits above the floor." + gaps), "",
+            f"Source: {', '.join(f'`{shown(p)}`' for p in paths)}. Device: {device}.", "",
+            *table(["model", "floor", "eager", "reduce-overhead", "max-autotune", "ours, default", "ours, serving path",
+                    "RO / default", "MA / default", "serving / floor"], body), ""]
