@@ -65,7 +65,7 @@ SOURCES = {
     "build_times": ["build_times/build_times.jsonl"],
     # scripts/roofline.py: each full-size model's floor (no GPU)
     "roofline": ["roofline/roofline.jsonl"],
-    # zoo_bench.py --max-autotune over the whole full-size set, one run (two device calls: the same GPU kind)
+    # zoo_bench.py --max-autotune over the full-size set: each row one process (runs on one GPU kind appended)
     "one_run": ["full_size/one_run/zoo_bench.jsonl"],
 }
 MEMORY_BEFORE_AFTER = ("_old", "")  # memory_bench.py's packages: the build before (name + "_old"), and after
