@@ -30,6 +30,12 @@ TP 2 on two H100s 3.981 ms a step against NCCL's 3.974 (2026-11-27), outputs wit
 cuBLASLt's epilogue, where CUDA's kernel takes GELU's tanh form; on the CPU (the build's
 interpreter) torch's kernel takes GELU's exact form, so there it is computed as CUDA does.
 
+``fused_conv`` is a convolution with its bias, a residual and ReLU after it, the builder's
+``aotcombo::fused_conv`` (BatchNorm folded into the weights at load): with ReLU on CUDA one cuDNN
+call (``cudnn_convolution_relu``, ``..._add_relu``) whose epilogue adds the bias and the residual,
+in place of the convolution and a kernel that reads and writes its output again; anywhere else
+the same in three steps. Its output is always channels last, as the trace planned it.
+
 ``placed_root`` allocates a buffer whose view is an output around that output's tensor in its
 output slot (outputs.py), so that the program writes the output in place.
 """
@@ -42,7 +48,7 @@ import threading
 import torch
 
 from .outputs import span_of
-from .torch_private import addmm_activation as _addmm_activation
+from .torch_private import addmm_activation as _addmm_activation, conv_add_relu, conv_relu
 
 _fresh = threading.local()
 
@@ -85,6 +91,22 @@ def addmm_activation(bias, x, w, *, use_gelu: bool = False) -> torch.Tensor:
         return _addmm_activation(bias, x, w, use_gelu=use_gelu)
     out = torch.addmm(bias, x, w)
     return torch.nn.functional.gelu(out, approximate="tanh") if use_gelu else torch.relu(out)
+
+
+def fused_conv(x, weight, bias, residual, stride, padding, dilation, groups: int, relu: bool) -> torch.Tensor:
+    """``relu?(conv2d(x, weight) + bias + residual)``, channels last (``bias``, ``residual``: None or not)."""
+    x = x.contiguous(memory_format=torch.channels_last)  # no copy where it is (every call but the first's)
+    if x.is_cuda and relu and residual is None:
+        out = conv_relu(x, weight, bias, stride, padding, dilation, groups)
+    elif x.is_cuda and relu:
+        out = conv_add_relu(x, weight, residual, 1.0, bias, stride, padding, dilation, groups)
+    else:
+        out = torch.nn.functional.conv2d(x, weight, bias, stride, padding, dilation, groups)
+        if residual is not None:
+            out = out + residual
+        if relu:
+            out = torch.relu(out)
+    return out.contiguous(memory_format=torch.channels_last)
 
 
 def in_layout(out: torch.Tensor, layout: str) -> torch.Tensor:

@@ -25,6 +25,10 @@ has a fallback or is checked before it is trusted:
   ``kernels/linear/activation_epilogue.py``). Unchanged since torch 1.13; a package whose program
   calls it lists it among its private ops (``Manifest.private_ops``), so the torch check at load
   names it.
+- ``conv_relu`` and ``conv_add_relu``: ``torch.cudnn_convolution_relu`` and
+  ``cudnn_convolution_add_relu``, a convolution with its bias, ReLU and a residual in cuDNN's
+  fused epilogue (ops.py ``fused_conv``; the builder's ``kernels/conv/cudnn_epilogue.py``).
+  Undocumented, in torch's namespace since 1.9; a package runs on the torch releases it names.
 """
 
 from __future__ import annotations
@@ -49,6 +53,10 @@ storage_use_count = getattr(torch._C, "_storage_Use_Count", None)
 foreach_copy = getattr(torch, "_foreach_copy_", None)
 
 addmm_activation = torch.ops.aten._addmm_activation.default
+
+conv_relu = torch.ops.aten.cudnn_convolution_relu.default
+
+conv_add_relu = torch.ops.aten.cudnn_convolution_add_relu.default
 
 
 def storage_handle(tensor: torch.Tensor) -> int:

@@ -130,6 +130,19 @@ def test_warm_build_comes_from_the_cache(builds):
     assert "trace" not in warm.timings
 
 
+def test_trace_key_covers_every_module_the_trace_runs():
+    """A module of the builder the trace stage imports (a rewrite before Inductor, its rules) whose
+    source the key leaves out would let an edited aotcombo reuse a trace made by the old code."""
+    import aotcombo.builder.trace.entry  # noqa: F401
+
+    builder = Path(cache_mod.BUILDER)
+    stage = ("aotcombo.builder.trace", "aotcombo.builder.kernels")
+    loaded = {Path(m.__file__).resolve().relative_to(builder).as_posix() for name, m in list(sys.modules.items())
+              if name.startswith(stage) and getattr(m, "__file__", None)}
+    assert loaded <= set(cache_mod.TRACE_SOURCES), loaded - set(cache_mod.TRACE_SOURCES)
+    assert "kernels/conv/cudnn_epilogue.py" in cache_mod.TRACE_SOURCES
+
+
 def test_cache_layout_and_no_leftovers(builds, cache_dir):
     files = sorted(p.relative_to(cache_dir).as_posix() for p in cache_dir.rglob("*") if p.is_file())
     assert files and all(f.startswith("v1/kernels/") and f.endswith(".bin") or f.startswith("v1/traces/")

@@ -85,13 +85,13 @@ def _digest(*parts: Any) -> str:
 
 
 BUILDER = Path(__file__).resolve().parents[1]
-# The trace stage's code, relative to the builder: every module of trace/, the rewrites of ours it
-# runs (and the attention lowerings' rules, which grouped_heads and the mask passes ask), the
+# The trace stage's code, relative to the builder: every module of trace/, every module of kernels/
+# (the rewrites of ours it runs before Inductor, the recipes and rules they ask, and the op
+# definitions: a rewrite the list missed would leave a stale trace in the cache), the
 # tensor-parallel split of the model it traces, and the graph it writes.
-TRACE_SOURCES = (*(f"trace/{p.name}" for p in sorted((BUILDER / "trace").glob("*.py"))),
-                 "parallel/shard.py", "kernels/linear/combine.py", "kernels/linear/match.py",
-                 "kernels/linear/recipe.py", "kernels/linear/quant.py", "kernels/linear/quant_match.py",
-                 "kernels/attention/lowering.py", "kernels/attention/prefill.py", "graph.py")
+TRACE_SOURCES = tuple(str(p.relative_to(BUILDER)) for p in (*sorted((BUILDER / "trace").glob("*.py")),
+                                                             *sorted((BUILDER / "kernels").rglob("*.py"))))
+TRACE_SOURCES += ("parallel/shard.py", "graph.py")
 
 
 @functools.cache

@@ -10,6 +10,8 @@
 - ``attention/``: attention of a few query rows over many keys (an LLM decode step) split over
   the keys, or a small one in one kernel (``lowering``; ``decode_attention.py.j2``); in a size
   class of a few tokens, with its sizes given at run time (``dynamic``).
+- ``conv/``: no kernel of ours: a convolution's BatchNorm folded into its weights and its bias,
+  residual and ReLU in cuDNN's epilogue (``cudnn_epilogue``), a call the program makes.
 """
 
 from __future__ import annotations

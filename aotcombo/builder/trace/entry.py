@@ -23,6 +23,7 @@ from ...runtime.manifest import Dynamic
 from .. import graph as g
 from ..inputs.usercode import where
 from ..kernels.linear import combine as linear_combine, float8_tiles, match as linear_match, quant as linear_quant
+from ..kernels.conv import cudnn_epilogue
 from ..kernels.linear import activation_epilogue, quant_match
 from . import decompositions, forked, plain
 from .attention_inputs import drop_copies_before_attention
@@ -143,6 +144,7 @@ def _compile(ep, module, arch: int, inductor_combo_kernels: bool, dynamic: Dynam
         if dynamic is None or max_tokens:  # its kernels are sized at build time, or for the class's bound
             linear_match.fuse(ep, max_tokens)
         activation_epilogue.fuse(ep)  # the activations of those left to cuBLAS: in its epilogue
+        cudnn_epilogue.fuse(ep)  # a convolution's BatchNorm in its weights, its ReLU in cuDNN's epilogue
         linear_quant.expand(ep)  # those no kernel of ours reads: back to ATen ops
         causal_masks(ep)  # a causal mask made of constants: is_causal, no mask
         read_grouped_heads(ep)  # no key/value copy per query head

@@ -1,0 +1,1 @@
+"""Convolutions: rewrites that hand more of their work to cuDNN (``cudnn_epilogue``)."""
