@@ -9,6 +9,7 @@ from torch import nn
 
 from aotcombo.builder import graph as g
 from aotcombo.builder.pipeline import build_package
+from aotcombo.runtime.manifest import Dynamic
 from aotcombo.testing.compare import relative_error
 from aotcombo.tools import interpret
 
@@ -95,10 +96,9 @@ def test_each_call_reads_its_input_and_weight_channels_last(built):
         assert _channels_last(spec[x]) and _channels_last(spec[weight]), (x, spec[x], weight, spec[weight])
 
 
-def test_matches_eager_under_the_interpreter(built):
-    model, result = built
-    for seed in (2, 3):
-        x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(seed)).half()
+def _check(model, result, batches, dtype):
+    for seed, batch in enumerate(batches, start=2):
+        x = torch.randn(batch, 3, 32, 32, generator=torch.Generator().manual_seed(seed)).to(dtype)
         with torch.no_grad():
             want = model(x)
             exact = Blocks().eval()
@@ -108,6 +108,21 @@ def test_matches_eager_under_the_interpreter(built):
         assert got.dtype == want.dtype and got.shape == want.shape
         eager_error = relative_error(want, exact)
         assert relative_error(got, exact) <= max(1e-2, 1.5 * eager_error), (relative_error(got, exact), eager_error)
+
+
+def test_matches_eager_under_the_interpreter(built):
+    _check(*built, batches=(2, 2), dtype=torch.float16)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_dynamic_batch_matches_eager(dtype, tmp_path):
+    """bf16 too; the batch a dynamic axis (the fake values the pass remakes are symbolic)."""
+    model = Blocks().to(dtype).eval()
+    example = (torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1)).to(dtype),)
+    result = build_package(model, example, arch=["sm_90"], name="conv_dynamic", out=tmp_path, cache=False,
+                           native=False, shapes=Dynamic(1, 8))
+    assert len(_fused_calls(result.variants[0].plan)) == 5
+    _check(model, result, batches=(1, 5), dtype=dtype)
 
 
 def test_float32_convolutions_are_left_to_inductor(tmp_path):
