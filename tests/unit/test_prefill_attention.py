@@ -1,6 +1,6 @@
-"""An unmasked prefill's attention (16-bit, head size 64, not causal, at most ``PREFILL_KEYS``
-keys: ViT's) as one kernel of ours (``kernels/attention/lowering.py``, "prefill"); masked,
-causal, float32, longer or other head sizes stay torch's.
+"""An unmasked prefill's attention (16-bit, head size 64, at most ``PREFILL_KEYS`` keys: ViT's,
+GPT-2's causal one) as one kernel of ours (``kernels/attention/lowering.py``, "prefill"); masked,
+float32, longer or other head sizes stay torch's.
 
 Built for sm_90 and run under Triton's interpreter on fresh random inputs, against eager in
 float64; float16, relative L2 <= 1e-2."""
@@ -23,6 +23,11 @@ BATCH, HEADS, SEQ, DIM = 2, 2, 160, 64  # 160 keys: past a small attention's 128
 class Attention(nn.Module):
     def forward(self, q, k, v):
         return F.scaled_dot_product_attention(q, k, v)
+
+
+class Causal(nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 class Masked(nn.Module):
@@ -54,6 +59,20 @@ def test_an_unmasked_prefill_is_one_kernel_of_ours_and_matches_eager(tmp_path):
     assert relative_error(got, expected) <= 1e-2
 
 
+def test_a_causal_prefill_reads_only_the_keys_its_rows_see_and_matches_eager(tmp_path):
+    """Each program stops at its last row's key (a causal program of rows 0-63 reads one block of
+    64 keys, not 160); the rows of the last program past the call's 160 read nothing more."""
+    result = build_package(Causal(), _inputs(0), arch=["sm_90"], out=tmp_path, cache=False)
+    kernels = _attention_kernels(result)
+    assert len(kernels) == 1 and kernels[0].startswith("attention_prefill") and not _torch_attention(result)
+    assert "tl.minimum(" in result.variants[0].plan.graph.kernel(kernels[0]).source
+    for seed in (3, 4):
+        q, k, v = _inputs(seed)
+        got = interpret.run_variant(result, 0, [q, k, v])
+        expected = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True)
+        assert relative_error(got, expected) <= 1e-2
+
+
 def test_a_masked_prefill_is_not_this_kernels(tmp_path):
     """A key mask is the masked prefill kernel's (test_masked_prefill.py); any other stays torch's."""
     mask = torch.rand(BATCH, 1, SEQ, SEQ) > 0.3
@@ -62,13 +81,13 @@ def test_a_masked_prefill_is_not_this_kernels(tmp_path):
 
 
 def test_the_rule():
-    """ViT-B/16's 197 x 197 is a prefill; a mask, float32, another head size, causal or more keys
-    keep torch's attention."""
+    """ViT-B/16's 197 x 197 and GPT-2's causal 256 x 256 are prefills; a mask, float32, another head
+    size or more keys keep torch's attention."""
     takes = lowering.takes
     assert takes(torch.float16, (8, 12, 197, 64), 197, 1, False, None)
     assert takes(torch.bfloat16, (8, 12, 256, 64), 256, 1, False, None)
     assert not takes(torch.float16, (8, 12, 197, 64), 197, 1, False, torch.bool)
     assert not takes(torch.float32, (8, 12, 197, 64), 197, 1, False, None)
     assert not takes(torch.float16, (8, 12, 197, 40), 197, 1, False, None)
-    assert not takes(torch.float16, (8, 12, 197, 64), 197, 1, True, None)
+    assert takes(torch.bfloat16, (4, 12, 256, 64), 256, 1, True, None)
     assert not takes(torch.float16, (2, 12, 512, 64), 512, 1, False, None)

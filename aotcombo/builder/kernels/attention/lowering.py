@@ -14,11 +14,12 @@ row its own; exact for any mask, as a key none may see adds nothing). A small at
 (at most ``SMALL_ROWS`` queries and ``SMALL_KEYS`` keys, causal or not, e.g. a short
 sequence's block) is one kernel of ours: one program per (batch, head, 16 query rows) over
 all its keys, writing the output itself (torch's memory-efficient kernel took 8 us for a
-float32 [2, 8, 64, 32] block). An unmasked prefill of at most ``PREFILL_KEYS`` keys (ViT's) is
-that kernel with ``PREFILL_ROWS`` query rows a program. Sizes and strides are fixed at build
+float32 [2, 8, 64, 32] block). An unmasked prefill of at most ``PREFILL_KEYS`` keys (ViT's, or
+GPT-2's causal one: each program then stops at its last row's key) is that kernel with
+``PREFILL_ROWS`` query rows a program. Sizes and strides are fixed at build
 time; the split is chosen so one call has about ``TARGET_PROGRAMS`` programs. A prefill under
 a key mask (an encoder's padding), with sizes fixed or dynamic, is ``prefill.py``'s. Calls that
-fit none (a long unmasked or causal prefill, other masks, odd head sizes) stay torch's.
+fit none (a long prefill, masks other than a key mask, odd head sizes) stay torch's.
 Grouped-query attention (``enable_gqa``, made by ``trace/grouped_heads.py`` from transformers'
 ``repeat_kv``): a program takes one key/value head and the rows of all its query heads, so each
 key/value head is read once for its group and never copied per query head.
@@ -40,10 +41,13 @@ from ..common import POINTER_TYPE, TRITON_DTYPE, cdiv, next_power_of_2
 MAX_ROWS = 32  # query rows per (batch, head) of a split call: more is a prefill, which torch's kernels do well
 MIN_KEYS = 256  # keys of a split call: fewer, one program per (batch, head) walks them quickly enough
 SMALL_ROWS, SMALL_KEYS = 64, 128  # a small attention: one kernel, a program per (batch, head, 16 rows)
-# A prefill without a mask (16-bit, head size 64, not causal, no grouped heads) of at most
-# PREFILL_KEYS keys (ViT's): the small attention's kernel, PREFILL_ROWS query rows a program, 3
-# stages. H100: ViT-B/16 at batch 8 (197 keys) 0.973-0.997 -> 0.911 ms a call against cuDNN's (two
-# A/B rounds). With a mask the kernel lost to cuDNN (BERT-base's 8 x 383 1.67 -> 2.35 ms, 32 x 512
+# A prefill without a mask (16-bit, head size 64, no grouped heads) of at most PREFILL_KEYS keys
+# (ViT's): the small attention's kernel, PREFILL_ROWS query rows a program, 3 stages. H100: ViT-B/16
+# at batch 8 (197 keys) 0.973-0.997 -> 0.911 ms a call against cuDNN's (two A/B rounds). Causal
+# (GPT-2 small's 4 x 256 tokens), each program's keys up to its last row: H200, torch 2.11, the
+# package before and after in turn in one process, 766.0 -> 736.3 us a call (cuDNN's attention 6.1 us
+# and a memset a layer before), GPU kernels a forward 99 -> 87.
+# With a mask the kernel lost to cuDNN (BERT-base's 8 x 383 1.67 -> 2.35 ms, 32 x 512
 # 8.2 -> 10.8; alone, key-padding masks at 32 x 512: 317-319 against 108 us), though a kernel of the
 # same loop's algorithm skipping the padded key blocks beat it 1.29x there
 # (benchmarks/prefill_attention_bench.py): masked calls stay torch's.
@@ -125,7 +129,7 @@ def _mode(rows: int, keys: int, group: int, causal: bool, prefill: bool = False)
     # grouped: whatever the keys, as torch's alternative would be its enable_gqa (math, at times)
     if rows * group <= MAX_ROWS and (keys >= MIN_KEYS or group > 1) and not causal:
         return "split"
-    if prefill and keys <= PREFILL_KEYS and group == 1 and not causal:
+    if prefill and keys <= PREFILL_KEYS and group == 1:
         return "prefill"
     return None
 
