@@ -197,7 +197,7 @@ def _refresh_values(graph, made: set) -> None:
     for node in graph.nodes:
         if node in changed or node.op != "call_function" or not any(a in changed for a in node.all_input_nodes):
             continue
-        if isinstance(node.target, torch._ops.OpOverload) or node.target is operator.getitem:
+        if hasattr(node.target, "_schema") or node.target is operator.getitem:  # an op, or an output of one
             try:
                 node.meta["val"] = node.target(*meta_value(node.args),
                                                **{k: meta_value(v) for k, v in node.kwargs.items()})
