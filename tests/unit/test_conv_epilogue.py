@@ -125,6 +125,28 @@ def test_dynamic_batch_matches_eager(dtype, tmp_path):
     _check(model, result, batches=(1, 5), dtype=dtype)
 
 
+class TwoInputs(nn.Module):
+    """The convolution reads the first of two inputs, the second scales its output."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, 8, 3, padding=1, bias=False), _bn(8, torch.Generator().manual_seed(5))
+
+    def forward(self, x, scale):
+        return torch.relu(self.bn(self.conv(x))) * scale
+
+
+def test_a_conv_of_the_first_of_two_inputs(tmp_path):
+    model = TwoInputs().half().eval()
+    g = torch.Generator().manual_seed(6)
+    inputs = (torch.randn(2, 3, 16, 16, generator=g).half(), torch.rand(8, 1, 1, generator=g).half())
+    result = build_package(model, inputs, arch=["sm_90"], name="conv_two", out=tmp_path, cache=False, native=False)
+    assert len(_fused_calls(result.variants[0].plan)) == 1
+    with torch.no_grad():
+        want = model(*inputs)
+    assert relative_error(interpret.run_variant(result, 0, [t.clone() for t in inputs]), want) <= 1e-2
+
+
 def test_float32_convolutions_are_left_to_inductor(tmp_path):
     model = Blocks().eval()
     result = build_package(model, (torch.randn(2, 3, 32, 32),), arch=["sm_90"], name="conv_fp32", out=tmp_path,
