@@ -95,7 +95,7 @@ def addmm_activation(bias, x, w, *, use_gelu: bool = False) -> torch.Tensor:
 
 def fused_conv(x, weight, bias, residual, stride, padding, dilation, groups: int, relu: bool) -> torch.Tensor:
     """``relu?(conv2d(x, weight) + bias + residual)``, channels last (``bias``, ``residual``: None or not)."""
-    x = x.contiguous(memory_format=torch.channels_last)  # no copy where it is (every call but the first's)
+    x = x.contiguous(memory_format=torch.channels_last)  # no copy: the program hands it over channels last
     if x.is_cuda and relu and residual is None:
         out = conv_relu(x, weight, bias, stride, padding, dilation, groups)
     elif x.is_cuda and relu:

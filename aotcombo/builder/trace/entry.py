@@ -23,8 +23,8 @@ from ...runtime.manifest import Dynamic
 from .. import graph as g
 from ..inputs.usercode import where
 from ..kernels.linear import combine as linear_combine, float8_tiles, match as linear_match, quant as linear_quant
-from ..kernels.conv import cudnn_epilogue
 from ..kernels.linear import activation_epilogue, quant_match
+from ..kernels.conv import cudnn_epilogue
 from . import decompositions, forked, plain
 from .attention_inputs import drop_copies_before_attention
 from .attention_masks import make_masks_additive

@@ -53,10 +53,6 @@ def _(x, weight, bias, residual, stride, padding, dilation, groups, relu):
     return out.contiguous(memory_format=torch.channels_last)
 
 
-def _val(node):
-    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-
-
 def _conv_bn(node, weights: set) -> dict | None:
     """The parts of ``node`` when it is ``bn(conv(x))`` (BatchNorm's output 0), each of the two
     used only by the next, their parameters weights: else None."""
@@ -76,10 +72,10 @@ def _conv_bn(node, weights: set) -> dict | None:
     if any(p is not None and p not in weights for p in (gamma, beta)):
         return None
     a = normalize_function(conv.target, conv.args, conv.kwargs, normalize_to_only_use_kwargs=True).kwargs
-    out = _val(conv)
+    out = meta_value(conv)
     if (a["weight"] not in weights or a["bias"] is not None and a["bias"] not in weights or a.get("transposed")
-            or out is None or out.dim() != 4 or out.dtype not in _DTYPES or _val(a["input"]).dtype != out.dtype
-            or _val(a["weight"]).dtype != out.dtype or isinstance(a["padding"], str)):
+            or out is None or out.dim() != 4 or out.dtype not in _DTYPES or meta_value(a["input"]).dtype != out.dtype
+            or meta_value(a["weight"]).dtype != out.dtype or isinstance(a["padding"], str)):
         return None
     return {"x": a["input"], "weight": a["weight"], "conv_bias": a["bias"], "gamma": gamma, "beta": beta,
             "mean": mean, "var": var, "eps": eps, "stride": list(a["stride"]), "padding": list(a["padding"]),
@@ -133,8 +129,8 @@ def _match(relu, weights: set):
         return None
     for lhs, rhs in (a.args, a.args[::-1]):
         main = _conv_bn(lhs, weights) if len(lhs.users) == 1 else None
-        val = _val(rhs)
-        if main and val is not None and val.dtype == main["dtype"] and tuple(val.shape) == tuple(_val(a).shape):
+        val = meta_value(rhs)
+        if main and val is not None and val.dtype == main["dtype"] and tuple(val.shape) == tuple(meta_value(a).shape):
             return main, rhs
     return None
 
@@ -185,7 +181,7 @@ def _in_channels_last(new: _Builder, x, made: set, copies: dict):
     if x not in copies:
         with new.graph.inserting_after(x):
             copy = new.graph.call_function(aten.clone.default, (x,), {"memory_format": torch.channels_last})
-        copy.meta["val"] = aten.clone.default(_val(x), memory_format=torch.channels_last)
+        copy.meta["val"] = aten.clone.default(meta_value(x), memory_format=torch.channels_last)
         copies[x] = copy
     return copies[x]
 
