@@ -33,6 +33,14 @@ the trace decomposes it here, so its work lands in kernels the planner can combi
   (``zoo_bench.py full/vit_base``), the zoo's ViT-Tiny 0.193 -> 0.154. 16-bit only: in float32
   cuDNN convolves in TF32 and a matmul does not (the zoo's ConvNeXt-Atto, float32: 0.261 -> 0.288).
   Kernels of one element (stride 1) stay convolutions: a 1 x 1 one is already a matmul on cuDNN's layout.
+- Any other 1-d convolution (no groups, a kernel of at most ``WINDOW_MAX_KERNEL``, 16-bit; a
+  Whisper encoder's two over its mel frames): a matmul over its windows, each window's frames one
+  after another ([batch * out_frames, kernel * channels] rows, gathered by one copy that reads
+  whole rows of channels) by the kernel permuted to match (a weight op: done once, at load).
+  cuDNN runs a 1-d convolution as a 2-d one in NCHW, and moved x, W and its output to and from
+  NHWC on every call: Whisper-small's two took 106 us a call at batch 2 under torch.compile,
+  55 us as matmuls (H200, fp16, ``benchmarks/stem_probe.py``); the full-size Whisper-small
+  encoder's package 2.141 / 2.098 -> 1.951 / 1.960 ms a call (``scripts/ab_bench.sh``, A B A B).
 """
 
 from __future__ import annotations
@@ -134,11 +142,55 @@ def patch_convolution(input, weight, bias=None, stride=1, padding=0, dilation=1,
     return y.reshape(batch, *out, weight.shape[0]).permute(0, n + 1, *range(1, n + 1))
 
 
-def _patch_convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
-    """``aten.convolution``: as ``patch_convolution`` where it is not transposed."""
+WINDOW_MAX_KERNEL = 8  # the windows' copy holds at most kernel / stride times the input
+
+
+def window_convolution(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """A 1-d convolution (no groups, 16-bit, a kernel of 2 to ``WINDOW_MAX_KERNEL``): a matmul
+    of its windows, [batch * out_frames, kernel * channels] (a window's frames one after
+    another), by the kernel permuted to [kernel * channels, out_channels]."""
+    size = weight.shape[-1] if weight.dim() == 3 else 0
+    stride, padding, dilation = _ints(stride, 1), _ints(padding, 1), _ints(dilation, 1)
+    if (groups != 1 or input.dim() != 3 or not 2 <= size <= WINDOW_MAX_KERNEL or None in (stride, padding, dilation)
+            or input.dtype not in (torch.float16, torch.bfloat16)):
+        return NotImplemented
+    (step,), (pad,), (gap,) = stride, padding, dilation
+    span = (size - 1) * gap + 1
+    frames = input.permute(0, 2, 1)  # [batch, frames, channels]
+    if pad:
+        frames = _padded(frames, 1, pad)
+    if frames.shape[1] < span:
+        return NotImplemented
+    windows = frames.unfold(1, span, step)[..., ::gap]  # [batch, out_frames, channels, kernel]
+    rows = windows.permute(0, 1, 3, 2).reshape(-1, size * input.shape[1])
+    w = weight.permute(0, 2, 1).reshape(weight.shape[0], -1).t()
+    y = rows @ w if bias is None else torch.addmm(bias, rows, w)
+    return y.reshape(input.shape[0], -1, weight.shape[0]).permute(0, 2, 1)
+
+
+def _padded(x, dim: int, pad: int):
+    """``x`` with ``pad`` zeros before and after along ``dim``: ``F.pad`` where its sizes are
+    fixed (one kernel with what reads it); a cat where one is symbolic (a dynamic batch: pad's
+    fake kernel would fix that size to the example's)."""
+    if all(isinstance(size, int) for size in x.shape):
+        return torch.nn.functional.pad(x, (0, 0) * (x.dim() - 1 - dim) + (pad, pad))
+    zeros = torch.zeros_like(x.narrow(dim, 0, 1)).expand(*x.shape[:dim], pad, *x.shape[dim + 1:])
+    return torch.cat([zeros, x, zeros], dim)
+
+
+def convolution(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """``conv1d/2d/3d``: a matmul of patches or of 1-d windows where one fits, else the op."""
+    out = patch_convolution(input, weight, bias, stride, padding, dilation, groups)
+    if out is NotImplemented:
+        out = window_convolution(input, weight, bias, stride, padding, dilation, groups)
+    return out
+
+
+def _convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """``aten.convolution``: as ``convolution`` where it is not transposed."""
     if transposed:
         return NotImplemented
-    return patch_convolution(input, weight, bias, stride, padding, dilation, groups)
+    return convolution(input, weight, bias, stride, padding, dilation, groups)
 
 ARG_SPLIT_MIN, ARG_SPLIT_MAX_ROWS, ARG_CHUNK = 2 ** 14, 64, 512
 
@@ -177,8 +229,8 @@ TABLE = {op: embedding_bag for op in (aten.embedding_bag.default, aten.embedding
 TABLE[aten.histc.default] = histc
 TABLE[aten.argmax.default] = _arg_reduction(torch.max, _lowest)
 TABLE[aten.argmin.default] = _arg_reduction(torch.min, _highest)
-TABLE.update({op: patch_convolution for op in (aten.conv1d.default, aten.conv2d.default, aten.conv3d.default)})
-TABLE[aten.convolution.default] = _patch_convolution
+TABLE.update({op: convolution for op in (aten.conv1d.default, aten.conv2d.default, aten.conv3d.default)})
+TABLE[aten.convolution.default] = _convolution
 
 
 def table() -> dict:
