@@ -94,6 +94,8 @@ def test_each_call_reads_its_input_and_weight_channels_last(built):
     for op in _fused_calls(plan):
         x, weight = op.args[0].name, op.args[1].name
         assert _channels_last(spec[x]) and _channels_last(spec[weight]), (x, spec[x], weight, spec[weight])
+    stem = _fused_calls(plan)[0]  # the image's 3 channels padded to 4 (cuDNN's first-layer kernel), once
+    assert spec[stem.args[0].name].shape[1] == 4 and spec[stem.args[1].name].shape[1] == 4
 
 
 def _check(model, result, batches, dtype):

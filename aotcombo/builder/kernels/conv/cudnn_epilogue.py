@@ -11,7 +11,13 @@ convolution (2-d, 16-bit) and BatchNorm read weights into one ``fused_conv``:
   with ``s = gamma / sqrt(var + eps)``, in float32 and rounded once, by ops on weights alone, so
   that the package computes them once at load (``plan/at_load.py``), the weight channels last;
 - a residual that is itself a BatchNorm'd convolution (a downsampling shortcut) read as the bare
-  convolution, its folded bias added into this one's.
+  convolution, its folded bias added into this one's;
+- an image's 3 channels (a stem's) padded to 4 with zeros, in the copy that makes x channels last
+  and in the folded weight: cuDNN's first-layer kernel takes 4, and with 3 it pads x on every call
+  (two memsets and two padding kernels). ResNet-50's stem at batch 8: 33.4 -> 22.3 us a call, the
+  padding a copy of x of 10.7 us made in the one the program already does (H200,
+  ``benchmarks/stem_probe.py``); the full-size package 0.514 / 0.499 -> 0.482 / 0.485 ms a call
+  (``scripts/ab_bench.sh``, A B A B). Not with a dynamic batch (``_extra_channels``).
 
 The program calls it through runtime/ops.py ``fused_conv``: with ReLU on CUDA one cuDNN call
 (``cudnn_convolution_relu``, ``cudnn_convolution_add_relu``), channels last in and out.
@@ -38,6 +44,7 @@ OP = "aotcombo::fused_conv"
 _CONVS = (aten.conv2d.default, aten.convolution.default)
 _NORMS = (aten._native_batch_norm_legit_no_training.default, aten.native_batch_norm.default)
 _DTYPES = (torch.float16, torch.bfloat16)
+PADDED_CHANNELS = {3: 4}  # input channels cuDNN pads per call -> the count the program pads them to, once
 
 
 @torch.library.custom_op(OP, mutates_args=(), tags=(torch.Tag.needs_fixed_stride_order,))
@@ -94,16 +101,24 @@ class _Builder:
         node.meta["val"] = target(*meta_value(args), **{k: meta_value(v) for k, v in kwargs.items()})
         return node
 
+    def padded(self, node, extra: int):
+        """``node`` (sizes fixed) with ``extra`` zero channels after its own."""
+        return self(aten.constant_pad_nd.default, node, [0, 0, 0, 0, 0, extra])
+
     def f32(self, node):
         return self(aten._to_copy.default, node, dtype=torch.float32)
 
-    def folded(self, c: dict):
-        """(W * s channels last, the folded bias in float32) of one conv-BatchNorm."""
+    def folded(self, c: dict, x):
+        """(W * s channels last, the folded bias in float32) of one conv-BatchNorm reading ``x``
+        (its channels padded: W's too)."""
         scale = self(aten.rsqrt.default, self(aten.add.Scalar, self.f32(c["var"]), c["eps"]))
         if c["gamma"] is not None:
             scale = self(aten.mul.Tensor, self.f32(c["gamma"]), scale)
         weight = self(aten.mul.Tensor, self.f32(c["weight"]), self(aten.view.default, scale, [-1, 1, 1, 1]))
         weight = self(aten._to_copy.default, weight, dtype=c["dtype"])
+        extra = meta_value(x).shape[1] - meta_value(c["x"]).shape[1]
+        if extra:
+            weight = self.padded(weight, extra)
         weight = self(aten.clone.default, weight, memory_format=torch.channels_last)
         shift = self(aten.mul.Tensor, self.f32(c["mean"]), scale)
         bias = (self(aten.sub.Tensor, self.f32(c["beta"]), shift) if c["beta"] is not None
@@ -152,16 +167,16 @@ def fuse(ep) -> int:
             continue
         main, residual = found
         new = _Builder(graph, relu)
-        weight, bias = new.folded(main)
+        x = _in_channels_last(new, main["x"], made, channels_last)
+        weight, bias = new.folded(main, x)
         shortcut = _conv_bn(residual, weights) if residual is not None and len(residual.users) == 1 else None
         if shortcut is not None:  # the shortcut's convolution bare, its bias in this one's
-            w_short, b_short = new.folded(shortcut)
-            residual = new.conv(shortcut, _in_channels_last(new, shortcut["x"], made, channels_last), w_short,
-                                None, None, relu=False)
+            x_short = _in_channels_last(new, shortcut["x"], made, channels_last)
+            w_short, b_short = new.folded(shortcut, x_short)
+            residual = new.conv(shortcut, x_short, w_short, None, None, relu=False)
             made.add(residual)
             bias = new(aten.add.Tensor, bias, b_short)
         bias = new(aten._to_copy.default, bias, dtype=main["dtype"])
-        x = _in_channels_last(new, main["x"], made, channels_last)
         out = new.conv(main, x, weight, bias, residual, relu=True)
         out.meta.update({k: v for k, v in relu.meta.items() if k != "val"})
         relu.replace_all_uses_with(out)
@@ -173,16 +188,27 @@ def fuse(ep) -> int:
     return recompiled(ep, len(made), dead_code=True)
 
 
+def _extra_channels(x) -> int:
+    """The zero channels x and its weights get (``PADDED_CHANNELS``): none where a size of x is
+    symbolic (a dynamic batch: constant_pad_nd's fake kernel would fix it to the example's, and
+    a cat is three kernels, not one)."""
+    shape = meta_value(x).shape
+    if not all(isinstance(size, int) for size in shape):
+        return 0
+    return PADDED_CHANNELS.get(shape[1], shape[1]) - shape[1]
+
+
 def _in_channels_last(new: _Builder, x, made: set, copies: dict):
     """``x`` as cuDNN reads it best: an output of ours is channels last; anything else is copied so
-    once (Inductor writes the copy in the kernel that makes ``x``)."""
+    once, its channels padded (``PADDED_CHANNELS``; Inductor writes the copy in the kernel that
+    makes ``x``)."""
     if x in made:
         return x
     if x not in copies:
-        with new.graph.inserting_after(x):
-            copy = new.graph.call_function(aten.clone.default, (x,), {"memory_format": torch.channels_last})
-        copy.meta["val"] = aten.clone.default(meta_value(x), memory_format=torch.channels_last)
-        copies[x] = copy
+        after = _Builder(new.graph, x.next)
+        extra = _extra_channels(x)
+        copies[x] = after(aten.clone.default, after.padded(x, extra) if extra else x,
+                          memory_format=torch.channels_last)
     return copies[x]
 
 
