@@ -141,6 +141,7 @@ def run_models(models: list[str], measure, path: Path) -> list[dict]:
         except Exception as exc:  # noqa: BLE001 - reported, the run goes on
             traceback.print_exc()
             row = {"model": name, "error": f"{type(exc).__name__}: {str(exc)[-600:]}"}
+        row.update(device=torch.cuda.get_device_name(), torch=torch.__version__)  # performance_doc.py reads them
         rows.append(row)
         print(json.dumps(row), flush=True)
         with open(path, "a") as f:
