@@ -144,3 +144,22 @@ def test_grid_per_call_binds_one_launcher_per_grid_size():
     assert FakeKernel.binds == [((3, 1, 1), 7), ((64, 1, 1), 7)]
     with pytest.raises(ValueError, match="grid 65 is outside 1..64"):
         launch(65, "g", "h")
+
+
+def test_an_axis_a_rewrite_fixed_is_a_build_error(tmp_path, monkeypatch):
+    """Export keeps every dynamic axis symbolic; a rewrite after it that fixes one (as a fake
+    ``constant_pad_nd`` on a symbolic batch does) would make a package answering every batch with
+    the example's. The build refuses it, naming the axis and the buckets that serve instead."""
+    from aotcombo.builder.trace import entry
+    from aotcombo.errors import UnsupportedModelError
+
+    def specialising(ep):
+        x = next(n for n in ep.graph.nodes if n.op == "placeholder" and not isinstance(n.meta["val"].shape[0], int))
+        torch.ops.aten.constant_pad_nd.default(x.meta["val"], [1, 1])  # its fake kernel fixes the batch
+        return 0
+
+    monkeypatch.setenv("AOTCOMBO_TRACE_IN_PROCESS", "1")
+    monkeypatch.setattr(entry.cudnn_epilogue, "fuse", specialising)
+    model = nn.Sequential(nn.Linear(8, 8)).eval()
+    with pytest.raises(UnsupportedModelError, match="fixed the dynamic axis 'batch' to 2"):
+        build_package(model, [torch.randn(2, 8)], arch=["sm_90"], out=tmp_path, cache=False, shapes=Dynamic(1, 8))

@@ -152,15 +152,15 @@ def window_convolution(input, weight, bias=None, stride=1, padding=0, dilation=1
     size = weight.shape[-1] if weight.dim() == 3 else 0
     stride, padding, dilation = _ints(stride, 1), _ints(padding, 1), _ints(dilation, 1)
     if (groups != 1 or input.dim() != 3 or not 2 <= size <= WINDOW_MAX_KERNEL or None in (stride, padding, dilation)
-            or input.dtype not in (torch.float16, torch.bfloat16)):
-        return NotImplemented
+            or input.dtype not in (torch.float16, torch.bfloat16) or not isinstance(input.shape[2], int)):
+        return NotImplemented  # (frames a dynamic axis: the windows' count would be an expression of it)
     (step,), (pad,), (gap,) = stride, padding, dilation
     span = (size - 1) * gap + 1
+    if input.shape[2] + 2 * pad < span:
+        return NotImplemented
     frames = input.permute(0, 2, 1)  # [batch, frames, channels]
     if pad:
         frames = _padded(frames, 1, pad)
-    if frames.shape[1] < span:
-        return NotImplemented
     windows = frames.unfold(1, span, step)[..., ::gap]  # [batch, out_frames, channels, kernel]
     rows = windows.permute(0, 1, 3, 2).reshape(-1, size * input.shape[1])
     w = weight.permute(0, 2, 1).reshape(weight.shape[0], -1).t()

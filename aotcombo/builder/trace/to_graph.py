@@ -52,15 +52,24 @@ def axis_symbols(gm, input_meta, dynamic) -> dict:
         return {}
     where = {(i, d): axis.name for axis in dynamic.axes for i, d in axis.dims}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    axes = {}
+    axes, fixed = {}, {}
     for node, (kind, key) in zip(placeholders, input_meta):
         if kind != "user":
             continue
         for d, size in enumerate(node.meta["val"].shape):
             name = where.get((key, d))
             if name is None or isinstance(size, int) or not size.node.expr.is_symbol:
-                continue  # a dim the model fixed (export found the axis cannot vary there)
+                if name is not None:
+                    fixed[name] = size
+                continue
             axes.setdefault(size.node.expr, name)
+    lost = {name: size for name, size in fixed.items() if name not in axes.values()}
+    if lost:  # export keeps every axis symbolic (its Dims are strict): a rewrite after it fixed one
+        name, size = next(iter(lost.items()))
+        raise UnsupportedModelError(
+            f"the trace fixed the dynamic axis {name!r} to {size}: a rewrite of aotcombo's specialised it, so "
+            "the package would answer every size with this one's (an aotcombo bug: please report it)",
+            fix=f"build with buckets on {name!r} (one program per size) instead of making it dynamic")
     return axes
 
 
