@@ -221,11 +221,10 @@ def _main(argv: list[str] | None) -> int:
                 traceback.print_exception(exc.__cause__, file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        reporter.close()
-        what = "; nothing was written" if args.command == "build" else ""
-        print(f"aotcombo: interrupted{what}", file=sys.stderr)
-        return INTERRUPTED
+        return _interrupted(args, reporter)
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one paragraph, no traceback
+        if _from_interrupt(exc):
+            return _interrupted(args, reporter)
         reporter.close()
         if args.verbose:
             traceback.print_exc()
@@ -236,6 +235,25 @@ def _main(argv: list[str] | None) -> int:
             file=sys.stderr,
         )
         return INTERNAL_ERROR
+
+
+def _interrupted(args, reporter) -> int:
+    reporter.close()
+    what = "; nothing was written" if args.command == "build" else ""
+    print(f"aotcombo: interrupted{what}", file=sys.stderr)
+    return INTERRUPTED
+
+
+def _from_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` wraps a Ctrl-C: Python 3.11 turns one raised in a class's ``__set_name__``
+    (a module imported mid-build) into ``RuntimeError("Error calling __set_name__ ...")``."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 if __name__ == "__main__":

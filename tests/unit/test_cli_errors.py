@@ -509,6 +509,22 @@ def test_subprocess_missing_model_file(tmp_path):
     assert_nothing_written(tmp_path / "out")
 
 
+def test_an_interrupt_python_wrapped_is_an_interrupt(capsys, mlp, tmp_path, monkeypatch):
+    """Ctrl-C during a class's ``__set_name__`` (a module imported mid-build) reaches us, on Python
+    3.11, as ``RuntimeError("Error calling __set_name__ ...")`` caused by it: still an interrupt."""
+    from aotcombo.tools import cli
+
+    def build(args, reporter):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as interrupt:
+            raise RuntimeError("Error calling __set_name__ on 'cached_property' instance") from interrupt
+
+    monkeypatch.setitem(cli.COMMANDS, "build", build)
+    code, _, err = run(capsys, mlp, "--out", tmp_path / "out")
+    assert code == 130 and err.strip() == "aotcombo: interrupted; nothing was written", err
+
+
 def test_subprocess_sigint_while_tracing(mlp, tmp_path):
     out = tmp_path / "out"
     process = _cli("build", mlp, "--arch", "sm_80,sm_90", "--out", out, "--no-cache", "-j", "2")
