@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""An int4 GEMV on the tensor cores, against the package's (``kernels/linear/quant_gemv.py``), at a
+Llama 3.2 1B decode step's linears (one row of bf16 x; torchao's symmetric int4: two a byte, low
+nibble first, a bf16 scale per group of 128, values less 8). Not yet a kernel path: a probe.
+
+Why: the package's int4 GEMVs are bound by instructions, not bytes (H200, quant_gemv_bench.py: the
+fused gate/up at 10.05 us is 1.67 TB/s; SASS 12-20 instructions a weight byte, about 8 a weight).
+Here four bytes become eight bf16 ``128 + nibble`` by two byte permutes, a shift and four LOP3s
+(one instruction a weight, exact: bf16 holds 128..143), a group's products go through ``tl.dot``
+(x as the one live column of a 16-column operand), and the 128s and the zero point leave through
+one sum of x a group: sum((128 + q) x) - 136 sum(x) = sum((q - 8) x), then the group's scale.
+``--plain``: the nibbles converted by Triton's casts to float32 instead of the inline PTX (what
+Triton's interpreter can run: ``TRITON_INTERPRET=1 python3 benchmarks/int4_dot_probe.py --plain
+--check``, which also checks the PTX's bit logic with numpy).
+
+    python3 benchmarks/int4_dot_probe.py [--linears qkv,o,gateup,down] [--plain]
+
+Per linear: the rule's kernel of the package and this one at several tiles, us (CUDA graphs,
+``fused_linear_bench.time_graph``) and GB/s over the weight's bytes and scales, each checked
+against the float64 product of the dequantized weight (relative L2 <= 1e-2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+from fused_linear_bench import decode_recipe, fused_kernel, reference, time_graph  # noqa: E402
+from quant_gemv_bench import LINEARS, QUANTS, operands  # noqa: E402
+
+from aotcombo.builder.kernels.linear.quant import dequantize_eager  # noqa: E402
+from aotcombo.testing.compare import relative_error  # noqa: E402
+
+GROUP = 128
+TILES = ((64, 1, 4), (128, 1, 4), (64, 2, 4), (64, 4, 4), (128, 2, 8), (32, 4, 4))  # (BLOCK_N, SPLIT_K, warps)
+
+
+@triton.jit
+def int4_gemv(x_ptr, w_ptr, s_ptr, out_ptr, K: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
+              PLAIN: tl.constexpr, GROUP_K: tl.constexpr):
+    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    kb = tl.arange(0, GROUP_K // 2)
+    cols = tl.arange(0, 16)
+    acc = tl.zeros([BLOCK_N], tl.float32)
+    groups: tl.constexpr = K // GROUP_K // SPLIT_K
+    for i in range(groups):
+        group = tl.program_id(1) * groups + i
+        w = tl.load(w_ptr + rn[:, None] * (K // 2) + group * (GROUP_K // 2) + kb[None, :])
+        if PLAIN:  # float32 (Triton's interpreter runs bfloat16 dots wrong)
+            lo, hi, offset = (w & 15).to(tl.float32), (w >> 4).to(tl.float32), 8.0
+        else:  # four bytes (pack=4) -> eight bf16 128 + nibble (0x4300 is 128.0, the nibble its mantissa's
+            # low bits): $0, $1 the low nibbles of bytes 0-1 and 2-3, $2, $3 the high ones (``emulate``)
+            lo, hi = tl.inline_asm_elementwise(
+                "{ .reg .b32 t0, t1; prmt.b32 t0, $4, 0, 0x4140; prmt.b32 t1, $4, 0, 0x4342; "
+                "lop3.b32 $0, t0, 0x000F000F, 0x43004300, 0xEA; lop3.b32 $1, t1, 0x000F000F, 0x43004300, 0xEA; "
+                "shr.u32 t0, t0, 4; shr.u32 t1, t1, 4; "
+                "lop3.b32 $2, t0, 0x000F000F, 0x43004300, 0xEA; lop3.b32 $3, t1, 0x000F000F, 0x43004300, 0xEA; }",
+                "=r,=r,=r,=r,r", [w], dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
+            offset = 136.0
+        weights = tl.interleave(lo, hi)  # [BLOCK_N, GROUP_K]: k = 2 b, 2 b + 1
+        x = tl.load(x_ptr + group * GROUP_K + tl.arange(0, GROUP_K))
+        columns = tl.where(cols[None, :] == 0, x[:, None], 0.0).to(weights.dtype)  # [GROUP_K, 16], x in column 0
+        if PLAIN:
+            dot = tl.dot(weights, columns, input_precision="ieee")
+        else:
+            dot = tl.dot(weights, columns)
+        products = tl.sum(tl.where(cols[None, :] == 0, dot, 0.0), 1)
+        scale = tl.load(s_ptr + rn * (K // GROUP_K) + group).to(tl.float32)
+        acc += (products - offset * tl.sum(x.to(tl.float32), 0)) * scale
+    if SPLIT_K == 1:
+        tl.store(out_ptr + rn, acc)
+    else:
+        tl.atomic_add(out_ptr + rn, acc)
+
+
+
+def emulate(words):
+    """The kernel's PTX on uint32 ``words`` (numpy): its four outputs, as uint32."""
+    import numpy as np
+
+    words = np.asarray(words, dtype=np.uint32)
+    b = [(words >> (8 * i)) & 0xFF for i in range(4)]
+    t0, t1 = b[0] | (b[1] << 16), b[2] | (b[3] << 16)
+    mask, magic = np.uint32(0x000F000F), np.uint32(0x43004300)
+    return [(t0 & mask) | magic, (t1 & mask) | magic, ((t0 >> 4) & mask) | magic, ((t1 >> 4) & mask) | magic]
+
+
+def launch_probe(k: int, n: int, block_n: int, split_k: int, warps: int, plain: bool):
+    def launch(t):
+        out = t["out32"]
+        if split_k > 1:
+            out.zero_()
+        int4_gemv[(n // block_n, split_k)](t["x"], t["w"], t["scale"], out, K=k, BLOCK_N=block_n, SPLIT_K=split_k,
+                                           PLAIN=plain, GROUP_K=GROUP, num_warps=warps)
+    return launch
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--linears", default="qkv,o,gateup,down")
+    parser.add_argument("--plain", action="store_true", help="Triton's casts, not the inline PTX")
+    parser.add_argument("--check", action="store_true", help="check one tile of each linear only, no timing")
+    args = parser.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if args.check:  # the PTX's bit logic: each output half is the bf16 128 + its nibble
+        import numpy as np
+
+        words = np.random.default_rng(0).integers(0, 2 ** 32, 1000, dtype=np.uint64).astype(np.uint32)
+        nibbles = [((words >> (8 * (i // 2) + 4 * (i % 2))) & 15) for i in range(8)]  # (byte, lo / hi)
+        out = emulate(words)
+        halves = {(0, 0): (out[0], 0), (1, 0): (out[0], 16), (2, 0): (out[1], 0), (3, 0): (out[1], 16),
+                  (0, 1): (out[2], 0), (1, 1): (out[2], 16), (2, 1): (out[3], 0), (3, 1): (out[3], 16)}
+        for (byte, high), (reg, shift) in halves.items():
+            value = torch.from_numpy(((reg >> shift) & 0xFFFF).astype(np.int16)).view(torch.bfloat16).float()
+            assert torch.equal(value, torch.from_numpy(nibbles[2 * byte + high].astype(np.float32)) + 128)
+        print("PTX bit logic: ok")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.linears.split(","):
+            k, n, pattern = LINEARS[name]
+            n = n * 2 if pattern == "glu" else n  # the gate/up pair as one GEMV of both halves
+            r = dataclasses.replace(decode_recipe(1, k, n, "plain"), quant=QUANTS[4])  # the products alone, both sides
+            sets = [operands(r, device, seed) for seed in range(4)]
+            for t in sets:
+                t["out32"] = torch.empty(n, dtype=torch.float32, device=device)
+            check = sets[0]
+            exact = dict(check, w=dequantize_eager(check["w"], check["scale"], None, r.quant).double())
+            want = reference(r, exact, torch.float64).reshape(-1)
+            nbytes = check["w"].numel() + check["scale"].numel() * 2
+            timed = {}
+            if not args.check and device.type == "cuda":
+                rule, _ = fused_kernel(r, check, Path(tmp))
+                rule(check)
+                timed["package's rule"] = (relative_error(check["out"].reshape(-1), want), time_graph(rule, sets))
+            for block_n, split_k, warps in TILES[:1] if args.check else TILES:
+                launch = launch_probe(k, n, block_n, split_k, warps, args.plain)
+                launch(check)
+                error = relative_error(check["out32"], want)
+                us = time_graph(launch, sets) if not args.check else float("nan")
+                timed[f"dot {block_n} rows x {split_k} splits / {warps}w"] = (error, us)
+            print(f"int4 {name:6} k {k} n {n} ({nbytes / 1e6:.1f} MB):")
+            for label, (error, us) in timed.items():
+                verdict = "" if error <= 1e-2 else f"  WRONG ({error:.1e})"
+                print(f"  {label:32} {us:7.2f} us  {nbytes / us / 1e3:6.0f} GB/s  error {error:.1e}{verdict}",
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()
