@@ -7,8 +7,9 @@ stem as written:
   stride 2) with GELU, ending token-major ([batch, 1500, 768]): ``F.conv1d`` as written (cuDNN
   moves x, W and the output between NCHW and NHWC on every call), against im2col and a matmul
   (the frames' windows gathered into [batch * frames, channels * 3] rows, one GEMM each), both
-  under torch.compile (Inductor fuses the gathers and GELUs) and eager; and with a window's rows
-  ordered (frame, channel), W permuted to match, so that the gather reads whole rows.
+  under torch.compile (Inductor fuses the gathers and GELUs) and eager; and the package's rewrite
+  (``trace/decompositions.window_convolution``: a window's rows ordered (tap, channel), W permuted
+  to match, so that the gather reads whole rows), compiled.
 - ResNet-50's 7 x 7 stem (3 -> 64 channels, batch 8, 224 x 224, channels last), its 3 channels
   as they are (cuDNN pads them on every call) against padded to 4 and to 8 with zero weights.
 
@@ -26,6 +27,9 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fused_linear_bench import time_graph  # noqa: E402  CUDA-graph replays, median us a call
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from aotcombo.builder.trace.decompositions import window_convolution  # noqa: E402
+
 
 def whisper_conv(x, w1, b1, w2, b2):
     h = F.gelu(F.conv1d(x, w1, b1, padding=1))
@@ -41,19 +45,11 @@ def whisper_gemm(x, w1, b1, w2, b2):
     return out.view(batch, -1, w2.shape[0])
 
 
-def windows(x, size: int, stride: int, padding: int):
-    """[batch, frames, channels] x's windows as rows [batch * out_frames, size * channels], a
-    window's frames one after another (W taken as [out, size * channels] to match)."""
-    cols = F.pad(x, (0, 0, padding, padding)).unfold(1, size, stride)  # [b, t, c, k]
-    return cols.permute(0, 1, 3, 2).reshape(-1, size * x.shape[-1])
-
-
-def whisper_gemm_kc(x, w1, b1, w2, b2):
-    batch = x.shape[0]
-    h = F.gelu(torch.addmm(b1, windows(x.permute(0, 2, 1), 3, 1, 1), w1.permute(0, 2, 1).reshape(768, -1).t()))
-    h = h.view(batch, -1, 768)
-    out = F.gelu(torch.addmm(b2, windows(h, 3, 2, 1), w2.permute(0, 2, 1).reshape(768, -1).t()))
-    return out.view(batch, -1, 768)
+def whisper_windows(x, w1, b1, w2, b2):
+    """The package's rewrite (``trace/decompositions.window_convolution``): windows as (tap,
+    channel) rows, W permuted to match."""
+    h = F.gelu(window_convolution(x, w1, b1, 1, 1))
+    return F.gelu(window_convolution(h, w2, b2, 2, 1)).permute(0, 2, 1)
 
 
 def resnet_stem(x, w):
@@ -99,7 +95,7 @@ def main() -> None:
     want = whisper_conv(*[t.float() for t in wargs[0]])
     variants = {"conv eager": whisper_conv, "conv compiled": torch.compile(whisper_conv),
                 "gemm eager": whisper_gemm, "gemm compiled": torch.compile(whisper_gemm),
-                "gemm (k, c) compiled": torch.compile(whisper_gemm_kc)}
+                "windows compiled": torch.compile(whisper_windows)}
     for name, fn in variants.items():
         err = rel(fn(*wargs[0]), want)
         us = time_graph(lambda t, fn=fn: fn(*t), wargs)
