@@ -6,7 +6,7 @@ import torch.fx
 
 TRITON_DTYPE = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32"}
 POINTER_TYPE = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "bool": "*i1", "int8": "*i8",
-                "uint8": "*u8"}
+                "uint8": "*u8", "int64": "*i64"}
 
 
 def cdiv(a: int, b: int) -> int:

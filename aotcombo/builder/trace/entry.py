@@ -24,6 +24,7 @@ from .. import graph as g
 from ..inputs.usercode import where
 from ..kernels.linear import combine as linear_combine, float8_tiles, match as linear_match, quant as linear_quant
 from ..kernels.linear import activation_epilogue, quant_match
+from ..kernels.attention import rope_fold
 from ..kernels.conv import cudnn_epilogue
 from . import decompositions, forked, plain
 from .attention_inputs import drop_copies_before_attention
@@ -154,6 +155,8 @@ def _compile(ep, module, arch: int, inductor_combo_kernels: bool, dynamic: Dynam
     signature = ep.graph_signature
     scatter_into_whole_buffers(ep)
     state = write_state_in_place(ep)
+    if not inductor_combo_kernels:
+        rope_fold.fold(ep)  # a decode step's rotary embedding and cache write: in its attention kernel
     input_meta = []
     user_index = 0
     for spec in signature.input_specs:

@@ -156,9 +156,12 @@ def _aligned(spec: g.TensorSpec) -> bool:
     return spec.storage_offset * ITEMSIZE[spec.dtype] % 16 == 0
 
 
-def lowered_ops(op: g.Extern, specs: dict, out_name: str, mode: str) -> tuple[list, list, dict]:
+def lowered_ops(op: g.Extern, specs: dict, out_name: str, mode: str, rope: dict | None = None
+                ) -> tuple[list, list, dict]:
     """What replaces one attention call: its ops (scratch and output allocations, launches),
-    the kernels they launch, and the specs of the scratch buffers."""
+    the kernels they launch, and the specs of the scratch buffers. ``rope``: the call's query
+    rotated and the new key and value written into the cache (k, v) first, its inputs and
+    template strides (``rope_fold.as_attention``)."""
 
     kwargs = dict(op.kwargs)
     q_ref, k_ref, v_ref = op.args[:3]
@@ -188,14 +191,16 @@ def lowered_ops(op: g.Extern, specs: dict, out_name: str, mode: str) -> tuple[li
                   mask_stride=_broadcast_strides(mask_spec, (b, h, m, keys)) if mask_spec else None,
                   dot_options=FP32_DOT if q.dtype == "float32" else "")
     source = render("decode_attention.py.j2", part="attend", name="KERNEL", direct=mode != "split",
-                    **attend)
+                    rope=rope["strides"] if rope else None, **attend)
     inputs = [(p, n, s) for p, (n, s) in zip(["q_ptr", "k_ptr", "v_ptr", "mask_ptr"], [
         (q_ref.name, q), (k_ref.name, k), (v_ref.name, v)] + ([(mask.name, mask_spec)] if mask_spec else []))]
+    inputs += rope["inputs"] if rope else []
+    cache = ("k_ptr", "v_ptr") if rope else ()  # written by the attend kernel
     tiles = (("BLOCK_M", block_m), ("BLOCK_N", BLOCK_N), ("BLOCK_D", block_d))
     numels = (("m", rows), ("n", keys), ("d", d))
     if mode != "split":
         kernel, args = _kernel(f"attention_{mode}", source, inputs + [("out_ptr", out_name, out)], tiles,
-                               (b * kv * row_blocks, 1, 1), numels, writes=("out_ptr",),
+                               (b * kv * row_blocks, 1, 1), numels, writes=("out_ptr", *cache),
                                num_stages=PREFILL_STAGES if mode == "prefill" else 2)
         return [g.Alloc(out_name, out), g.Launch(kernel.name, args)], [kernel], {}
     scratch = {f"{out_name}_partial": g.TensorSpec((b * kv * splits * rows * d,), (1,), "float32"),
@@ -203,7 +208,7 @@ def lowered_ops(op: g.Extern, specs: dict, out_name: str, mode: str) -> tuple[li
     (acc, acc_spec), (stats, stats_spec) = scratch.items()
     split, split_args = _kernel("decode_attention_split", source,
                                 inputs + [("acc_ptr", acc, acc_spec), ("stats_ptr", stats, stats_spec)], tiles,
-                                (b * kv * splits, 1, 1), numels, writes=("acc_ptr", "stats_ptr"))
+                                (b * kv * splits, 1, 1), numels, writes=("acc_ptr", "stats_ptr", *cache))
     combine_source = render("decode_attention.py.j2", part="combine", name="KERNEL", **common)
     combine, combine_args = _kernel(
         "decode_attention_combine", combine_source,
@@ -235,7 +240,7 @@ def lower(graph: g.Graph, max_tokens: int | None = None) -> g.Graph:
     size class of at most ``max_tokens`` tokens, with dynamic sizes: ``dynamic.small``; a prefill
     under a key mask: ``prefill.lowered``)."""
     from ...sizes import at_most
-    from . import dynamic, prefill
+    from . import dynamic, prefill, rope_fold
 
     specs = graph.spec
     # sizes as the program computes them (its Scalars), where graph.spec has their text
@@ -245,8 +250,15 @@ def lower(graph: g.Graph, max_tokens: int | None = None) -> g.Graph:
         if isinstance(op, g.GetItem):
             getitems.setdefault(op.base, []).append(op)
     lowered: dict[str, tuple[str, str]] = {}  # the call's tuple -> (its output tensor, the lowering)
+    ropes = {}  # a folded call's output -> (the attention it makes, its rope)
     for op in graph.ops:
-        if isinstance(op, g.Extern) and op.op == ATTENTION and op.out is not None:
+        if isinstance(op, g.Extern) and op.op == rope_fold.LOWERED_OP:
+            call, rope = rope_fold.as_attention(op, specs)
+            mode = lowering(call, specs, specs[op.out])
+            if mode not in ("split", "small"):  # fold() takes only calls lowered so: a bug if not
+                raise ValueError(f"{op.out}: a folded decode attention lowered as {mode}")
+            lowered[op.out], ropes[op.out] = (op.out, mode), (call, rope)
+        elif isinstance(op, g.Extern) and op.op == ATTENTION and op.out is not None:
             items = getitems.get(op.out, [])
             if len(items) == 1 and items[0].index == 0:
                 mode = lowering(op, specs, specs[items[0].out])
@@ -272,6 +284,9 @@ def lower(graph: g.Graph, max_tokens: int | None = None) -> g.Graph:
             (replacement, made), scratch = dynamic.small(op, traced, out_name, mode, max_tokens), {}
         elif mode == "masked_prefill":
             (replacement, made), scratch = prefill.lowered(op, traced, out_name, largest, scalars), {}
+        elif op.out in ropes:
+            replacement, made, scratch = lowered_ops(ropes[op.out][0], specs | new_specs, out_name, mode,
+                                                     ropes[op.out][1])
         else:
             replacement, made, scratch = lowered_ops(op, specs | new_specs, out_name, mode)
         for kernel in made:
