@@ -9,13 +9,17 @@ Here four bytes become eight bf16 ``128 + nibble`` by two byte permutes, a shift
 (one instruction a weight, exact: bf16 holds 128..143), a group's products go through ``tl.dot``
 (x as the one live column of a 16-column operand), and the 128s and the zero point leave through
 one sum of x a group: sum((128 + q) x) - 136 sum(x) = sum((q - 8) x), then the group's scale.
+A second kernel, ``hfma2``, stays on the CUDA cores with half the instructions: four bytes become
+four fp16 pairs of (q - 8) by three shifts, four LOP3s and four subtractions, multiplied by x's pairs
+and summed by one HMUL2 and three HFMA2 (``HFMA2``; eight products, each pair of sums of four
+rounded to fp16), the pairs summed in float32 per group; x's fp16 pairs are made once a program.
 ``--plain``: the nibbles converted by Triton's casts to float32 instead of the inline PTX (what
 Triton's interpreter can run: ``TRITON_INTERPRET=1 python3 benchmarks/int4_dot_probe.py --plain
---check``, which also checks the PTX's bit logic with numpy).
+--check``, which also checks both PTX blocks' logic with numpy).
 
-    python3 benchmarks/int4_dot_probe.py [--linears qkv,o,gateup,down] [--plain]
+    python3 benchmarks/int4_dot_probe.py [--linears qkv,o,gateup,down] [--kernels dot,hfma2] [--plain]
 
-Per linear: the rule's kernel of the package and this one at several tiles, us (CUDA graphs,
+Per linear: the rule's kernel of the package and these at several tiles, us (CUDA graphs,
 ``fused_linear_bench.time_graph``) and GB/s over the weight's bytes and scales, each checked
 against the float64 product of the dequantized weight (relative L2 <= 1e-2).
 """
@@ -42,7 +46,11 @@ from aotcombo.builder.kernels.linear.quant import dequantize_eager  # noqa: E402
 from aotcombo.testing.compare import relative_error  # noqa: E402
 
 GROUP = 128
-TILES = ((64, 1, 4), (128, 1, 4), (64, 2, 4), (64, 4, 4), (128, 2, 8), (32, 4, 4))  # (BLOCK_N, SPLIT_K, warps)
+# (BLOCK_N, SPLIT_K, warps). Static SASS of a group's loop (sm_90, Triton 3.8), instructions a weight a
+# thread: dot 10.6 / 5.9 / 3.7 at 32 / 64 / 128 rows, hfma2 5.4 / 5.1 / 3.8; the package's rule kernels
+# (4 rows a program) about 8 for gate/up and 6.2 for down.
+TILES = ((64, 1, 4), (128, 1, 4), (64, 2, 4), (64, 4, 4), (128, 2, 4), (128, 4, 4), (128, 2, 8), (256, 2, 8),
+         (32, 4, 4))
 
 
 @triton.jit
@@ -84,6 +92,83 @@ def int4_gemv(x_ptr, w_ptr, s_ptr, out_ptr, K: tl.constexpr, BLOCK_N: tl.constex
 
 
 
+# Four bytes -> the eight (q - 8) as fp16 pairs, times x's pairs, summed: one fp16 pair a word. The
+# pairs are (k0, k4), (k1, k5), (k2, k6), (k3, k7) of the word's eight weights (k = 2 byte + nibble):
+# the low nibbles of bytes 0 and 2, or'ed into fp16 1024 (0x6400: the nibble its mantissa's low bits),
+# then bytes 0 and 2's high ones, bytes 1 and 3's (shifts of 4, 8, 12); 1032 subtracted (exact).
+HFMA2 = tl.constexpr("{ .reg .b32 a, b, c, d, t, m; mov.b32 m, 0x64086408; "
+         "lop3.b32 a, $1, 0x000F000F, 0x64006400, 0xEA; "
+         "shr.u32 t, $1, 4; lop3.b32 b, t, 0x000F000F, 0x64006400, 0xEA; "
+         "shr.u32 t, $1, 8; lop3.b32 c, t, 0x000F000F, 0x64006400, 0xEA; "
+         "shr.u32 t, $1, 12; lop3.b32 d, t, 0x000F000F, 0x64006400, 0xEA; "
+         "sub.rn.f16x2 a, a, m; sub.rn.f16x2 b, b, m; sub.rn.f16x2 c, c, m; sub.rn.f16x2 d, d, m; "
+         "mul.rn.f16x2 t, a, $2; fma.rn.f16x2 t, b, $3, t; fma.rn.f16x2 t, c, $4, t; fma.rn.f16x2 $0, d, $5, t; }")
+
+
+@triton.jit
+def _half_pair(x_ptr, j: tl.constexpr):
+    """x at k = 8 w + j and 8 w + j + 4 of each word w as one fp16 pair (int32)."""
+    words = tl.arange(0, 16)
+    lo = tl.load(x_ptr + 8 * words + j).to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 65535
+    hi = tl.load(x_ptr + 8 * words + j + 4).to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32)
+    return lo | (hi << 16)
+
+
+@triton.jit
+def int4_hfma2(x_ptr, w_ptr, s_ptr, out_ptr, K: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
+               PLAIN: tl.constexpr, GROUP_K: tl.constexpr):
+    """A group's 128 weights as 16 words a row; each word's eight products in fp16 pairs (``HFMA2``),
+    the pairs summed in float32, the group's scale applied."""
+    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    kw = tl.arange(0, GROUP_K // 8)
+    acc = tl.zeros([BLOCK_N], tl.float32)
+    groups: tl.constexpr = K // GROUP_K // SPLIT_K
+    for i in range(groups):
+        group = tl.program_id(1) * groups + i
+        rows = (w_ptr + rn[:, None] * (K // 2) + group * (GROUP_K // 2)).to(tl.pointer_type(tl.int32))
+        w = tl.load(rows + kw[None, :])  # [BLOCK_N, 16] words of four bytes
+        xg = x_ptr + group * GROUP_K
+        if PLAIN:  # Triton's integer ops and float32 (the interpreter runs no PTX)
+            sums = tl.zeros([BLOCK_N, GROUP_K // 8], tl.float32)
+            for j in tl.static_range(8):
+                q = ((w >> (4 * j)) & 15).to(tl.float32) - 8.0
+                sums += q * tl.load(xg + 8 * kw + j).to(tl.float32)[None, :]
+            products = tl.sum(sums, 1)
+        else:
+            p0 = tl.broadcast_to(_half_pair(xg, 0)[None, :], w.shape)
+            p1 = tl.broadcast_to(_half_pair(xg, 1)[None, :], w.shape)
+            p2 = tl.broadcast_to(_half_pair(xg, 2)[None, :], w.shape)
+            p3 = tl.broadcast_to(_half_pair(xg, 3)[None, :], w.shape)
+            half = tl.inline_asm_elementwise(HFMA2, "=r,r,r,r,r,r", [w, p0, p1, p2, p3], dtype=tl.int32,
+                                             is_pure=True, pack=1)
+            lo = (half & 65535).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+            hi = (half >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+            products = tl.sum(lo + hi, 1)
+        scale = tl.load(s_ptr + rn * (K // GROUP_K) + group).to(tl.float32)
+        acc += products * scale
+    if SPLIT_K == 1:
+        tl.store(out_ptr + rn, acc)
+    else:
+        tl.atomic_add(out_ptr + rn, acc)
+
+
+def emulate_hfma2(words, x):
+    """``HFMA2`` on uint32 ``words`` [n] and float ``x`` [n, 8] (numpy, fp16 arithmetic rounded as
+    the f16x2 ops are): each word's two fp16 halves, as float32 [n, 2]."""
+    import numpy as np
+
+    words = np.asarray(words, dtype=np.uint32)
+    nibble = [((words >> (4 * j)) & 15).astype(np.float16) for j in range(8)]  # k = j: byte j // 2, its nibble
+    xs = np.asarray(x, dtype=np.float16)
+    halves = []
+    for lane in (0, 4):  # the pair's low half: k = 0..3 (bytes 0, 1); high: k = 4..7 (bytes 2, 3)
+        t = (nibble[lane] - np.float16(8)) * xs[:, lane]
+        for j in range(1, 4):
+            t = (nibble[lane + j] - np.float16(8)) * xs[:, lane + j] + t  # fma: one rounding, as near as numpy gets
+        halves.append(t.astype(np.float32))
+    return np.stack(halves, 1)
+
+
 def emulate(words):
     """The kernel's PTX on uint32 ``words`` (numpy): its four outputs, as uint32."""
     import numpy as np
@@ -95,19 +180,23 @@ def emulate(words):
     return [(t0 & mask) | magic, (t1 & mask) | magic, ((t0 >> 4) & mask) | magic, ((t1 >> 4) & mask) | magic]
 
 
-def launch_probe(k: int, n: int, block_n: int, split_k: int, warps: int, plain: bool):
+KERNELS = {"dot": int4_gemv, "hfma2": int4_hfma2}
+
+
+def launch_probe(kernel: str, k: int, n: int, block_n: int, split_k: int, warps: int, plain: bool):
     def launch(t):
         out = t["out32"]
         if split_k > 1:
             out.zero_()
-        int4_gemv[(n // block_n, split_k)](t["x"], t["w"], t["scale"], out, K=k, BLOCK_N=block_n, SPLIT_K=split_k,
-                                           PLAIN=plain, GROUP_K=GROUP, num_warps=warps)
+        KERNELS[kernel][(n // block_n, split_k)](t["x"], t["w"], t["scale"], out, K=k, BLOCK_N=block_n,
+                                                 SPLIT_K=split_k, PLAIN=plain, GROUP_K=GROUP, num_warps=warps)
     return launch
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--linears", default="qkv,o,gateup,down")
+    parser.add_argument("--kernels", default="dot,hfma2", help="of " + ", ".join(KERNELS))
     parser.add_argument("--plain", action="store_true", help="Triton's casts, not the inline PTX")
     parser.add_argument("--check", action="store_true", help="check one tile of each linear only, no timing")
     args = parser.parse_args()
@@ -124,6 +213,13 @@ def main() -> None:
             value = torch.from_numpy(((reg >> shift) & 0xFFFF).astype(np.int16)).view(torch.bfloat16).float()
             assert torch.equal(value, torch.from_numpy(nibbles[2 * byte + high].astype(np.float32)) + 128)
         print("PTX bit logic: ok")
+        x = np.random.default_rng(1).standard_normal((1000, 8))
+        terms = [(((words[:, None] >> (4 * np.arange(lane, lane + 4))) & 15) - 8.0) * x[:, lane:lane + 4]
+                 for lane in (0, 4)]
+        got = emulate_hfma2(words, x)
+        for i, t in enumerate(terms):  # each sum of four within a few fp16 roundings of its terms' size
+            assert (np.abs(got[:, i] - t.sum(1)) <= 2 ** -8 * np.abs(t).sum(1) + 1e-6).all(), "HFMA2's pairs"
+        print("HFMA2 pairs: ok")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.linears.split(","):
             k, n, pattern = LINEARS[name]
@@ -141,12 +237,13 @@ def main() -> None:
                 rule, _ = fused_kernel(r, check, Path(tmp))
                 rule(check)
                 timed["package's rule"] = (relative_error(check["out"].reshape(-1), want), time_graph(rule, sets))
-            for block_n, split_k, warps in TILES[:1] if args.check else TILES:
-                launch = launch_probe(k, n, block_n, split_k, warps, args.plain)
-                launch(check)
-                error = relative_error(check["out32"], want)
-                us = time_graph(launch, sets) if not args.check else float("nan")
-                timed[f"dot {block_n} rows x {split_k} splits / {warps}w"] = (error, us)
+            for kernel in args.kernels.split(","):
+                for block_n, split_k, warps in TILES[:1] if args.check else TILES:
+                    launch = launch_probe(kernel, k, n, block_n, split_k, warps, args.plain)
+                    launch(check)
+                    error = relative_error(check["out32"], want)
+                    us = time_graph(launch, sets) if not args.check else float("nan")
+                    timed[f"{kernel} {block_n} rows x {split_k} splits / {warps}w"] = (error, us)
             print(f"int4 {name:6} k {k} n {n} ({nbytes / 1e6:.1f} MB):")
             for label, (error, us) in timed.items():
                 verdict = "" if error <= 1e-2 else f"  WRONG ({error:.1e})"
