@@ -1,23 +1,31 @@
 #!/usr/bin/env python3
-"""An int4 GEMV on the tensor cores, against the package's (``kernels/linear/quant_gemv.py``), at a
-Llama 3.2 1B decode step's linears (one row of bf16 x; torchao's symmetric int4: two a byte, low
-nibble first, a bf16 scale per group of 128, values less 8). Not yet a kernel path: a probe.
+"""Quantized GEMVs of other designs against the package's (``kernels/linear/quant_gemv.py``), at a
+Llama 3.2 1B decode step's linears (one row of bf16 x): int4 as torchao's symmetric int4 (two a byte,
+low nibble first, a bf16 scale per group of 128, values less 8), int8 with a scale per output channel.
+Probes, not yet kernel paths.
 
-Why: the package's int4 GEMVs are bound by instructions, not bytes (H200, quant_gemv_bench.py: the
-fused gate/up at 10.05 us is 1.67 TB/s; SASS 12-20 instructions a weight byte, about 8 a weight).
-Here four bytes become eight bf16 ``128 + nibble`` by two byte permutes, a shift and four LOP3s
-(one instruction a weight, exact: bf16 holds 128..143), a group's products go through ``tl.dot``
-(x as the one live column of a 16-column operand), and the 128s and the zero point leave through
-one sum of x a group: sum((128 + q) x) - 136 sum(x) = sum((q - 8) x), then the group's scale.
-A second kernel, ``hfma2``, stays on the CUDA cores with half the instructions: four bytes become
-four fp16 pairs of (q - 8) by three shifts, four LOP3s and four subtractions, multiplied by x's pairs
-and summed by one HMUL2 and three HFMA2 (``HFMA2``; eight products, each pair of sums of four
-rounded to fp16), the pairs summed in float32 per group; x's fp16 pairs are made once a program.
-``--plain``: the nibbles converted by Triton's casts to float32 instead of the inline PTX (what
-Triton's interpreter can run: ``TRITON_INTERPRET=1 python3 benchmarks/int4_dot_probe.py --plain
---check``, which also checks both PTX blocks' logic with numpy).
+Why: the package's quantized GEMVs are bound by instructions, not bytes (H200, quant_gemv_bench.py:
+the int4 gate/up at 10.05 us is 1.67 TB/s; about 7 instructions a weight, ncu), and int8's reach
+57 % of the copy bandwidth. Three designs that spend fewer:
 
-    python3 benchmarks/int4_dot_probe.py [--linears qkv,o,gateup,down] [--kernels dot,hfma2] [--plain]
+- int4 ``dot``: four bytes become eight bf16 ``128 + nibble`` by two byte permutes, a shift and four
+  LOP3s (one instruction a weight, exact), a group's products go through ``tl.dot`` (x as the one
+  live column of a 16-column operand), and the 128s and the zero point leave through one sum of x a
+  group: sum((128 + q) x) - 136 sum(x) = sum((q - 8) x), then the group's scale.
+- int4 ``hfma2``, on the CUDA cores: four bytes become four fp16 pairs of (q - 8) by three shifts,
+  four LOP3s and four subtractions, times x's pairs and summed by one HMUL2 and three HFMA2
+  (``HFMA2``; eight products, each half a sum of four rounded to fp16), the pairs summed in float32
+  per group.
+- int8 ``hfma2``: four bytes become two fp16 pairs by a LOP3 (the sign bits), two byte permutes and
+  two subtractions, times x's pairs by an HMUL2 and an HFMA2 (``HFMA2_INT8``).
+
+x's fp16 pairs are made once a program. fp16 overflows past 65504: a kernel of the package would
+scale x by a power of two first where activations may be large (the probe's x is N(0, 1)).
+``--plain``: Triton's integer ops and float32 instead of the inline PTX (what Triton's interpreter
+can run: ``TRITON_INTERPRET=1 python3 benchmarks/quant_gemv_probe.py --plain --check``, which also
+checks the PTX blocks' logic with numpy).
+
+    python3 benchmarks/quant_gemv_probe.py [--bits 4,8] [--linears qkv,o,gateup,down] [--kernels dot,hfma2]
 
 Per linear: the rule's kernel of the package and these at several tiles, us (CUDA graphs,
 ``fused_linear_bench.time_graph``) and GB/s over the weight's bytes and scales, each checked
@@ -46,9 +54,11 @@ from aotcombo.builder.kernels.linear.quant import dequantize_eager  # noqa: E402
 from aotcombo.testing.compare import relative_error  # noqa: E402
 
 GROUP = 128
-# (BLOCK_N, SPLIT_K, warps). Static SASS of a group's loop (sm_90, Triton 3.8), instructions a weight a
-# thread: dot 10.6 / 5.9 / 3.7 at 32 / 64 / 128 rows, hfma2 5.4 / 5.1 / 3.8; the package's rule kernels
-# (4 rows a program) about 8 for gate/up and 6.2 for down.
+# (BLOCK_N, SPLIT_K, warps). Static SASS of a step's loop (sm_90, Triton 3.8, nvdisasm), instructions a
+# weight a thread at 32 / 64 / 128 rows a program: int4 dot 10.6 / 5.9 / 3.7, int4 hfma2 4.4 / 4.1 / 2.9,
+# int8 hfma2 3.2 / 3.1 / 3.1; the package's rule kernels (4 rows a program): int4 about 8 (gate/up, no
+# loop) and 6.2 (down), int8 10.1 (down). At an H200's 4.2 TB/s, 132 SMs issuing 4 warp instructions a
+# cycle at 1.98 GHz leave about 4 instructions an int4 weight and 8 an int8 one.
 TILES = ((64, 1, 4), (128, 1, 4), (64, 2, 4), (64, 4, 4), (128, 2, 4), (128, 4, 4), (128, 2, 8), (256, 2, 8),
          (32, 4, 4))
 
@@ -121,7 +131,7 @@ def int4_hfma2(x_ptr, w_ptr, s_ptr, out_ptr, K: tl.constexpr, BLOCK_N: tl.conste
     the pairs summed in float32, the group's scale applied."""
     rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     kw = tl.arange(0, GROUP_K // 8)
-    acc = tl.zeros([BLOCK_N], tl.float32)
+    acc = tl.zeros([BLOCK_N, GROUP_K // 8], tl.float32)  # a word's sums, scaled; summed across once, after
     groups: tl.constexpr = K // GROUP_K // SPLIT_K
     for i in range(groups):
         group = tl.program_id(1) * groups + i
@@ -133,7 +143,7 @@ def int4_hfma2(x_ptr, w_ptr, s_ptr, out_ptr, K: tl.constexpr, BLOCK_N: tl.conste
             for j in tl.static_range(8):
                 q = ((w >> (4 * j)) & 15).to(tl.float32) - 8.0
                 sums += q * tl.load(xg + 8 * kw + j).to(tl.float32)[None, :]
-            products = tl.sum(sums, 1)
+            products = sums
         else:
             p0 = tl.broadcast_to(_half_pair(xg, 0)[None, :], w.shape)
             p1 = tl.broadcast_to(_half_pair(xg, 1)[None, :], w.shape)
@@ -143,13 +153,78 @@ def int4_hfma2(x_ptr, w_ptr, s_ptr, out_ptr, K: tl.constexpr, BLOCK_N: tl.conste
                                              is_pure=True, pack=1)
             lo = (half & 65535).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
             hi = (half >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-            products = tl.sum(lo + hi, 1)
+            products = lo + hi
         scale = tl.load(s_ptr + rn * (K // GROUP_K) + group).to(tl.float32)
-        acc += products * scale
+        acc += products * scale[:, None]
+    acc = tl.sum(acc, 1)
     if SPLIT_K == 1:
         tl.store(out_ptr + rn, acc)
     else:
         tl.atomic_add(out_ptr + rn, acc)
+
+
+# Four int8 bytes -> two fp16 pairs (k0, k2), (k1, k3): the sign bits flipped (b + 128, unsigned), each
+# byte put under 0x64 by a byte permute (fp16 1024 + b + 128), 1152 subtracted (exact), times x's pairs.
+HFMA2_INT8 = tl.constexpr("{ .reg .b32 u, a, b, m; mov.b32 m, 0x64806480; lop3.b32 u, $1, 0x80808080, 0, 0x3C; "
+                          "prmt.b32 a, u, 0x64646464, 0x4240; prmt.b32 b, u, 0x64646464, 0x4341; "
+                          "sub.rn.f16x2 a, a, m; sub.rn.f16x2 b, b, m; "
+                          "mul.rn.f16x2 a, a, $2; fma.rn.f16x2 $0, b, $3, a; }")
+
+
+@triton.jit
+def _int8_pair(x_ptr, j: tl.constexpr, WORDS: tl.constexpr):
+    """x at k = 4 w + j and 4 w + j + 2 of each word w as one fp16 pair (int32)."""
+    words = tl.arange(0, WORDS)
+    lo = tl.load(x_ptr + 4 * words + j).to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 65535
+    hi = tl.load(x_ptr + 4 * words + j + 2).to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32)
+    return lo | (hi << 16)
+
+
+@triton.jit
+def int8_hfma2(x_ptr, w_ptr, s_ptr, out_ptr, K: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
+               PLAIN: tl.constexpr, GROUP_K: tl.constexpr):
+    """int8 with a scale per output channel: GROUP_K weights a step as words of four; each word's four
+    products in one fp16 pair (``HFMA2_INT8``), the pairs summed in float32, the scale after the loop."""
+    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    kw = tl.arange(0, GROUP_K // 4)
+    acc = tl.zeros([BLOCK_N, GROUP_K // 4], tl.float32)  # a word's sums; summed across once, after
+    steps: tl.constexpr = K // GROUP_K // SPLIT_K
+    for i in range(steps):
+        step = tl.program_id(1) * steps + i
+        rows = (w_ptr + rn[:, None] * K + step * GROUP_K).to(tl.pointer_type(tl.int32))
+        w = tl.load(rows + kw[None, :])  # [BLOCK_N, GROUP_K / 4] words of four bytes
+        xg = x_ptr + step * GROUP_K
+        if PLAIN:
+            sums = tl.zeros([BLOCK_N, GROUP_K // 4], tl.float32)
+            for j in tl.static_range(4):
+                b = ((w << (24 - 8 * j)) >> 24).to(tl.float32)  # byte j, sign-extended
+                sums += b * tl.load(xg + 4 * kw + j).to(tl.float32)[None, :]
+            acc += sums
+        else:
+            p0 = tl.broadcast_to(_int8_pair(xg, 0, GROUP_K // 4)[None, :], w.shape)
+            p1 = tl.broadcast_to(_int8_pair(xg, 1, GROUP_K // 4)[None, :], w.shape)
+            half = tl.inline_asm_elementwise(HFMA2_INT8, "=r,r,r,r", [w, p0, p1], dtype=tl.int32, is_pure=True,
+                                             pack=1)
+            lo = (half & 65535).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+            hi = (half >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+            acc += lo + hi
+    acc = tl.sum(acc, 1) * tl.load(s_ptr + rn).to(tl.float32)
+    if SPLIT_K == 1:
+        tl.store(out_ptr + rn, acc)
+    else:
+        tl.atomic_add(out_ptr + rn, acc)
+
+
+def emulate_int8(words, x):
+    """``HFMA2_INT8`` on uint32 ``words`` [n] and float ``x`` [n, 4] (numpy, fp16): its two halves [n, 2]."""
+    import numpy as np
+
+    words = np.asarray(words, dtype=np.uint32)
+    b = [(((words >> (8 * j)) & 0xFF).astype(np.int16) ^ 0x80).astype(np.float16) + np.float16(1024) for j in range(4)]
+    b = [v - np.float16(1152) for v in b]  # exact: fp16 holds 896..1279
+    xs = np.asarray(x, dtype=np.float16)
+    return np.stack([(b[1] * xs[:, 1] + b[0] * xs[:, 0]).astype(np.float32),
+                     (b[3] * xs[:, 3] + b[2] * xs[:, 2]).astype(np.float32)], 1)
 
 
 def emulate_hfma2(words, x):
@@ -180,23 +255,27 @@ def emulate(words):
     return [(t0 & mask) | magic, (t1 & mask) | magic, ((t0 >> 4) & mask) | magic, ((t1 >> 4) & mask) | magic]
 
 
-KERNELS = {"dot": int4_gemv, "hfma2": int4_hfma2}
+KERNELS = {4: {"dot": int4_gemv, "hfma2": int4_hfma2}, 8: {"hfma2": int8_hfma2}}
+INT8_STEP = 512  # int8: weights a k step
 
 
-def launch_probe(kernel: str, k: int, n: int, block_n: int, split_k: int, warps: int, plain: bool):
+def launch_probe(bits: int, kernel: str, k: int, n: int, block_n: int, split_k: int, warps: int, plain: bool):
+    step = GROUP if bits == 4 else INT8_STEP
+
     def launch(t):
         out = t["out32"]
         if split_k > 1:
             out.zero_()
-        KERNELS[kernel][(n // block_n, split_k)](t["x"], t["w"], t["scale"], out, K=k, BLOCK_N=block_n,
-                                                 SPLIT_K=split_k, PLAIN=plain, GROUP_K=GROUP, num_warps=warps)
+        KERNELS[bits][kernel][(n // block_n, split_k)](t["x"], t["w"], t["scale"], out, K=k, BLOCK_N=block_n,
+                                                       SPLIT_K=split_k, PLAIN=plain, GROUP_K=step, num_warps=warps)
     return launch
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--linears", default="qkv,o,gateup,down")
-    parser.add_argument("--kernels", default="dot,hfma2", help="of " + ", ".join(KERNELS))
+    parser.add_argument("--bits", default="4,8")
+    parser.add_argument("--kernels", default="dot,hfma2", help="int4's dot, hfma2; int8's hfma2")
     parser.add_argument("--plain", action="store_true", help="Triton's casts, not the inline PTX")
     parser.add_argument("--check", action="store_true", help="check one tile of each linear only, no timing")
     args = parser.parse_args()
@@ -220,11 +299,19 @@ def main() -> None:
         for i, t in enumerate(terms):  # each sum of four within a few fp16 roundings of its terms' size
             assert (np.abs(got[:, i] - t.sum(1)) <= 2 ** -8 * np.abs(t).sum(1) + 1e-6).all(), "HFMA2's pairs"
         print("HFMA2 pairs: ok")
+        x4 = x[:, :4]
+        got = emulate_int8(words, x4)
+        signed = [((words >> (8 * j)) & 0xFF).astype(np.int8).astype(np.float64) for j in range(4)]
+        for i, (a, b) in enumerate(((0, 1), (2, 3))):
+            t = np.stack([signed[a] * x4[:, a], signed[b] * x4[:, b]], 1)
+            assert (np.abs(got[:, i] - t.sum(1)) <= 2 ** -9 * np.abs(t).sum(1) + 1e-6).all(), "int8 HFMA2's pairs"
+        print("int8 HFMA2 pairs: ok")
     with tempfile.TemporaryDirectory() as tmp:
-        for name in args.linears.split(","):
+        for bits, name in ((int(b), name) for b in args.bits.split(",") for name in args.linears.split(",")):
             k, n, pattern = LINEARS[name]
             n = n * 2 if pattern == "glu" else n  # the gate/up pair as one GEMV of both halves
-            r = dataclasses.replace(decode_recipe(1, k, n, "plain"), quant=QUANTS[4])  # the products alone, both sides
+            quant = QUANTS[4] if bits == 4 else dataclasses.replace(QUANTS[8], group=k)
+            r = dataclasses.replace(decode_recipe(1, k, n, "plain"), quant=quant)  # the products alone, both sides
             sets = [operands(r, device, seed) for seed in range(4)]
             for t in sets:
                 t["out32"] = torch.empty(n, dtype=torch.float32, device=device)
@@ -237,14 +324,14 @@ def main() -> None:
                 rule, _ = fused_kernel(r, check, Path(tmp))
                 rule(check)
                 timed["package's rule"] = (relative_error(check["out"].reshape(-1), want), time_graph(rule, sets))
-            for kernel in args.kernels.split(","):
+            for kernel in (kernel for kernel in args.kernels.split(",") if kernel in KERNELS[bits]):
                 for block_n, split_k, warps in TILES[:1] if args.check else TILES:
-                    launch = launch_probe(kernel, k, n, block_n, split_k, warps, args.plain)
+                    launch = launch_probe(bits, kernel, k, n, block_n, split_k, warps, args.plain)
                     launch(check)
                     error = relative_error(check["out32"], want)
                     us = time_graph(launch, sets) if not args.check else float("nan")
                     timed[f"{kernel} {block_n} rows x {split_k} splits / {warps}w"] = (error, us)
-            print(f"int4 {name:6} k {k} n {n} ({nbytes / 1e6:.1f} MB):")
+            print(f"int{bits} {name:6} k {k} n {n} ({nbytes / 1e6:.1f} MB):")
             for label, (error, us) in timed.items():
                 verdict = "" if error <= 1e-2 else f"  WRONG ({error:.1e})"
                 print(f"  {label:32} {us:7.2f} us  {nbytes / us / 1e3:6.0f} GB/s  error {error:.1e}{verdict}",
