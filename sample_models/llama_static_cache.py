@@ -51,7 +51,7 @@ FAMILIES = {
 }
 
 
-def _decoder(family="llama", dtype=DTYPE):
+def _decoder(family="llama", dtype=DTYPE, max_cache=MAX_CACHE):
     import transformers
     from transformers import GenerationConfig
 
@@ -59,7 +59,7 @@ def _decoder(family="llama", dtype=DTYPE):
     torch.manual_seed(0)
     config = getattr(transformers, config_class)(**{
         "vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": MAX_CACHE,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": max_cache,
         "attn_implementation": "sdpa", **extra})
     model = getattr(transformers, model_class)(config)
     for m in model.modules():  # RMSNorm weights start at 1 (Gemma's, 1 + w, at 0): make them random too
@@ -68,7 +68,7 @@ def _decoder(family="llama", dtype=DTYPE):
             nn.init.normal_(m.weight, 0.0 if name.startswith("Gemma") else 1.0, 0.1)
     model = model.to(dtype).eval()
     model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static",
-                                               cache_config={"batch_size": 1, "max_cache_len": MAX_CACHE})
+                                               cache_config={"batch_size": 1, "max_cache_len": max_cache})
     return model
 
 
@@ -83,11 +83,25 @@ class Step(nn.Module):
         return self.exportable(input_ids=input_ids, cache_position=cache_position)
 
 
-def get_model(dtype=DTYPE, family="llama"):
+def get_model(dtype=DTYPE, family="llama", max_cache=MAX_CACHE):
     from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
 
-    return Step(TorchExportableModuleWithStaticCache(_decoder(family, dtype), batch_size=1, max_cache_len=MAX_CACHE,
-                                                     device=torch.device("cpu"))).eval()
+    return Step(TorchExportableModuleWithStaticCache(_decoder(family, dtype, max_cache), batch_size=1,
+                                                     max_cache_len=max_cache, device=torch.device("cpu"))).eval()
+
+
+SPLIT_CACHE = 512
+
+
+def get_split_model():
+    """``get_model`` over a cache of ``SPLIT_CACHE`` positions: its decode attention is split over the
+    keys (slices of 64), each step's rotary embedding and cache write done by the slice holding its
+    position (``kernels/attention/rope_fold.py``)::
+
+        aotcombo build sample_models/llama_static_cache.py --model-fn get_split_model \\
+            --name llama_static_cache_split --arch sm_90
+    """
+    return get_model(max_cache=SPLIT_CACHE)
 
 
 def get_example_inputs(pos=5, seed=0):
