@@ -49,6 +49,63 @@ class CachedAttention(nn.Module):
         return self.out(y.transpose(1, 2).reshape(1, t, HEADS * D))
 
 
+class RowPositions(nn.Module):
+    """``sample_models/llm_decode.py``'s attention (gpt-fast's): rotary angles in float32 over d/2
+    pairs, each row of the batch at its own position (``index_put_`` at (row, position) of the cache
+    seen as [batch, position, heads, d]), the grouped query heads folded into rows by the model, a
+    cache with room for more rows than the call's."""
+
+    def __init__(self, cache: int = 512, rows: int = 4):
+        super().__init__()
+        torch.manual_seed(0)
+        self.qkv = nn.Linear(DIM, (HEADS + 2 * KV) * D, bias=False)
+        self.out = nn.Linear(HEADS * D, DIM, bias=False)
+        angles = torch.outer(torch.arange(cache).float(), 1.0 / 10000 ** (torch.arange(0, D, 2).float() / D))
+        self.register_buffer("rope_cos", angles.cos(), persistent=False)
+        self.register_buffer("rope_sin", angles.sin(), persistent=False)
+        self.register_buffer("causal", torch.tril(torch.ones(cache, cache, dtype=torch.bool)), persistent=False)
+        self.register_buffer("k_cache", torch.randn(rows, KV, cache, D))
+        self.register_buffer("v_cache", torch.randn(rows, KV, cache, D))
+
+    @staticmethod
+    def rotate(x, cos, sin):
+        x0, x1 = x.float().unflatten(-1, (-1, 2)).unbind(-1)
+        return torch.stack((x0 * cos - x1 * sin, x1 * cos + x0 * sin), -1).flatten(-2).type_as(x)
+
+    def forward(self, x, pos):  # x [b, 1, DIM], pos [b, 1]
+        b = x.shape[0]
+        cos, sin, mask = self.rope_cos[pos][:, None], self.rope_sin[pos][:, None], self.causal[pos][:, None]
+        q, k, v = self.qkv(x).split([HEADS * D, KV * D, KV * D], -1)
+        q, k, v = (y.view(b, 1, -1, D).transpose(1, 2) for y in (q, k, v))
+        q, k = self.rotate(q, cos, sin), self.rotate(k, cos, sin)
+        rows = torch.arange(b, device=x.device)[:, None]
+        self.k_cache.transpose(1, 2).index_put_((rows, pos), k.transpose(1, 2))
+        self.v_cache.transpose(1, 2).index_put_((rows, pos), v.transpose(1, 2))
+        group = HEADS // KV
+        y = F.scaled_dot_product_attention(q.reshape(b, KV, group, D), self.k_cache[:b], self.v_cache[:b],
+                                           attn_mask=mask.repeat(1, 1, group, 1))
+        return self.out(y.reshape(b, HEADS, 1, D).transpose(1, 2).reshape(b, 1, HEADS * D))
+
+
+def test_row_positions_fold_and_match_eager(tmp_path, monkeypatch):
+    """gpt-fast's form, two rows each at its own position, across the key slices: folded, and the
+    output and both caches (every row, the untouched ones too) match eager (float32, rel L2 <= 1e-5)."""
+    eager = RowPositions()
+    g = torch.Generator().manual_seed(0)
+    example = (torch.randn(2, 1, DIM, generator=g), torch.tensor([[5], [70]]))
+    result, folded = _build(RowPositions(), example, tmp_path, monkeypatch)
+    assert folded == 1
+    names = [t.name for t in result.manifest.weights.tensors]
+    for seed, rows in enumerate([(0, 511), (63, 64), (64, 63), (300, 1)]):
+        x, p = torch.randn(2, 1, DIM, generator=g), torch.tensor(rows)[:, None]
+        with torch.no_grad():
+            want = eager(x, p)
+        got = interpret.run_variant(result, 0, [x, p])
+        assert relative_error(got, want) <= 1e-5, rows
+        for name in ("k_cache", "v_cache"):
+            assert relative_error(result.weights[names.index(name)], eager.get_buffer(name)) <= 1e-5, (rows, name)
+
+
 def _build(model, inputs, tmp_path, monkeypatch):
     folded = []
     fold = rope_fold.fold
@@ -112,7 +169,7 @@ def test_the_ops_meaning_is_the_pattern():
         cos, sin = emb.cos()[None, None], emb.sin()[None, None]
         mask = (torch.arange(64) <= pos)[None, None, None]
         k_cache, v_cache = model.k_cache.clone(), model.v_cache.clone()
-        got = rope_fold.rope_attention(q, k, v, cos, sin, k_cache, v_cache, pos, mask, D ** -0.5)
+        got = rope_fold.rope_attention(q, k, v, cos, sin, k_cache, v_cache, pos, mask, D ** -0.5, "half")
         got = model.out(got.transpose(1, 2).reshape(1, 1, -1))
         want = model(x, pos)
     assert relative_error(got, want) <= 1e-6

@@ -10,7 +10,7 @@
 - ``attention/``: attention of a few query rows over many keys (an LLM decode step) split over
   the keys, or a small one in one kernel (``lowering``; ``decode_attention.py.j2``); in a size
   class of a few tokens, with its sizes given at run time (``dynamic``); a decode step's rotary
-  embedding and cache write done by its attention kernel (``rope_fold``).
+  embedding and cache write done by its attention kernel (``rope_fold``; the forms read, ``rope_patterns``).
 - ``conv/``: no kernel of ours: a convolution's BatchNorm folded into its weights and its bias,
   residual and ReLU in cuDNN's epilogue (``cudnn_epilogue``), a call the program makes.
 """

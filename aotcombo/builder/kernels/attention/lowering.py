@@ -253,11 +253,11 @@ def lower(graph: g.Graph, max_tokens: int | None = None) -> g.Graph:
     ropes = {}  # a folded call's output -> (the attention it makes, its rope)
     for op in graph.ops:
         if isinstance(op, g.Extern) and op.op == rope_fold.LOWERED_OP:
-            call, rope = rope_fold.as_attention(op, specs)
-            mode = lowering(call, specs, specs[op.out])
+            call, rows, rope = rope_fold.as_attention(op, specs)
+            mode = lowering(call, specs | rows, specs[op.out])
             if mode not in ("split", "small"):  # fold() takes only calls lowered so: a bug if not
                 raise ValueError(f"{op.out}: a folded decode attention lowered as {mode}")
-            lowered[op.out], ropes[op.out] = (op.out, mode), (call, rope)
+            lowered[op.out], ropes[op.out] = (op.out, mode), (call, rows, rope)
         elif isinstance(op, g.Extern) and op.op == ATTENTION and op.out is not None:
             items = getitems.get(op.out, [])
             if len(items) == 1 and items[0].index == 0:
@@ -285,8 +285,8 @@ def lower(graph: g.Graph, max_tokens: int | None = None) -> g.Graph:
         elif mode == "masked_prefill":
             (replacement, made), scratch = prefill.lowered(op, traced, out_name, largest, scalars), {}
         elif op.out in ropes:
-            replacement, made, scratch = lowered_ops(ropes[op.out][0], specs | new_specs, out_name, mode,
-                                                     ropes[op.out][1])
+            call, rows, rope = ropes[op.out]
+            replacement, made, scratch = lowered_ops(call, specs | new_specs | rows, out_name, mode, rope)
         else:
             replacement, made, scratch = lowered_ops(op, specs | new_specs, out_name, mode)
         for kernel in made:

@@ -1,26 +1,27 @@
 """A decode step's rotary embedding and cache write, done by its attention kernel.
 
-Between a decode step's q/k/v linear and its attention, Inductor makes one kernel a layer: the
-rotary embedding of the new token's query and key, and the write of its key and value into the
-static cache (transformers' ``StaticCache``: ``index_copy`` at the step's position). In the Llama
-3.2 1B step that is 16 of 115 launches a token, each a few microseconds of a step whose quantized
-GEMVs take little more. ``fold`` rewrites, in the exported graph before Inductor, each decode
-attention whose query is ``x * cos + rotate_half(x) * sin``, whose keys are the cache with one
-position written (``index_copy(cache, 2, index, rotated key)``) and whose values the same for
-the raw value, into one ``aotcombo::rope_attention`` call that writes both caches itself
-(``mutates_args``). ``lowering.lower`` makes it the decode attention's kernels, the ``rope``
-lines of ``templates/decode_attention.py.j2`` first: each program rotates its query rows, and
-the program whose slice of the keys holds the position rotates the key, writes key and value
-there and, after a barrier, reads them with the rest of its slice. The other programs never read
-that position, so no program waits for another.
+Between a decode step's q/k/v linear and its attention, Inductor makes a kernel a layer or more:
+the rotary embedding of the new token's query and key, and the write of its key and value into
+the static cache. In the Llama 3.2 1B step that is 16 of 115 launches a token, each a few
+microseconds of a step whose quantized GEMVs take little more; ``sample_models/llm_decode.py``
+makes two a layer (34 launches a step at batch 8). ``fold`` rewrites, in the exported graph before
+Inductor, each decode attention whose query is rotated (or a view of it: a model folding its
+grouped query heads into rows) and whose keys and values are the cache with one position a row
+written (``rope_patterns``: transformers' and gpt-fast's forms of both) into one
+``aotcombo::rope_attention`` call that writes both caches itself (``mutates_args``).
+``lowering.lower`` makes it the decode attention's kernels, the ``rope`` lines of
+``templates/decode_attention.py.j2`` first: each program rotates its query rows, and the program
+whose slice of the keys holds its row's position rotates the key, writes key and value there
+and, after a barrier, reads them with the rest of its slice. The other programs never read that
+position, so no program waits for another.
 
-Only calls of one query row a head (a decode step), sizes fixed at build time, one position
-written, and whose attention ``lowering`` takes as its split or small kernel: nothing is folded
-that would not become ours.
+Only calls of one token a row, sizes fixed at build time, and whose attention ``lowering`` takes
+as its split or small kernel: nothing is folded that would not become ours.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 
 import torch
@@ -28,39 +29,49 @@ from torch.fx.operator_schemas import normalize_function
 
 from ..common import recompiled
 from .lowering import HEAD_DIMS, _mode
+from .rope_patterns import VIEWS, cache_write, rotary
 
 aten = torch.ops.aten
 OP = "aotcombo::rope_attention"
 _FUSED = (aten._scaled_dot_product_efficient_attention.default, aten._scaled_dot_product_flash_attention.default)
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-_END = (9223372036854775807, None)  # a slice to the end of its dim
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """transformers' ``apply_rotary_pos_emb`` of x, in float32, rounded once to x's dtype."""
-    half = x.shape[-1] // 2
-    x32 = x.float()
-    rotated = torch.cat((-x32[..., half:], x32[..., :half]), -1)
-    return (x32 * cos.float() + rotated * sin.float()).to(x.dtype)
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str) -> torch.Tensor:
+    """x's rotary embedding (``rope_patterns``' styles), in float32, rounded once to x's dtype."""
+    x32, cos, sin = x.float(), cos.float(), sin.float()
+    if style == "half":
+        half = x.shape[-1] // 2
+        return (x32 * cos + torch.cat((-x32[..., half:], x32[..., :half]), -1) * sin).to(x.dtype)
+    x0, x1 = x32.unflatten(-1, (-1, 2)).unbind(-1)
+    return torch.stack((x0 * cos - x1 * sin, x1 * cos + x0 * sin), -1).flatten(-2).to(x.dtype)
 
 
 @torch.library.custom_op(OP, mutates_args=("k_cache", "v_cache"))
 def rope_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                    k_cache: torch.Tensor, v_cache: torch.Tensor, index: torch.Tensor, mask: torch.Tensor | None,
-                   scale: float) -> torch.Tensor:
+                   scale: float, style: str) -> torch.Tensor:
     """The meaning ``lower``'s kernels implement (eager, any device): q and k rotated, k and v
-    written into the caches at ``index`` (dim 2), then attention over the caches, each key/value
-    head serving ``q.shape[1] // k_cache.shape[1]`` query heads."""
-    k_cache.index_copy_(2, index, apply_rotary(k, cos, sin))
-    v_cache.index_copy_(2, index, v.to(v_cache.dtype))
+    written into the caches at ``index`` (dim 2; [b, 1]: row i at its own), then attention over
+    the caches' first b rows, each key/value head serving ``q.shape[1] // k_cache.shape[1]`` query
+    heads."""
+    b = q.shape[0]
+    key = apply_rotary(k, cos, sin, style)
+    if index.dim() == 1:
+        k_cache[:b].index_copy_(2, index, key)
+        v_cache[:b].index_copy_(2, index, v.to(v_cache.dtype))
+    else:
+        rows = torch.arange(b, device=index.device)[:, None]
+        k_cache.transpose(1, 2).index_put_((rows, index), key.transpose(1, 2))
+        v_cache.transpose(1, 2).index_put_((rows, index), v.to(v_cache.dtype).transpose(1, 2))
     group = q.shape[1] // k_cache.shape[1]
-    keys, values = (c.repeat_interleave(group, 1) for c in (k_cache, v_cache))
-    return torch.nn.functional.scaled_dot_product_attention(apply_rotary(q, cos, sin), keys, values, attn_mask=mask,
-                                                            scale=scale)
+    keys, values = (c[:b].repeat_interleave(group, 1) for c in (k_cache, v_cache))
+    return torch.nn.functional.scaled_dot_product_attention(apply_rotary(q, cos, sin, style), keys, values,
+                                                            attn_mask=mask, scale=scale)
 
 
 @rope_attention.register_fake
-def _(q, k, v, cos, sin, k_cache, v_cache, index, mask, scale):
+def _(q, k, v, cos, sin, k_cache, v_cache, index, mask, scale, style):
     return q.new_empty(q.shape)
 
 
@@ -75,21 +86,26 @@ def fold(ep) -> int:
         found = _match(node, copied)
         if found is None:
             continue
-        args, out, written = found
+        args, out, writes = found
         with graph.inserting_before(node):
-            call = graph.call_function(torch.ops.aotcombo.rope_attention.default, args)
+            q = args[0]
+            if isinstance(q, tuple):  # the query as the attention reads it: a view of the unrotated one
+                x, shape = q
+                q = graph.call_function(aten.view.default, (x, list(shape)))
+                q.meta["val"] = x.meta["val"].view(shape)
+            call = graph.call_function(torch.ops.aotcombo.rope_attention.default, (q, *args[1:]))
         call.meta.update(node.meta)
         call.meta["val"] = out.meta["val"]
         out.replace_all_uses_with(call)
-        for dead in (out, node, *(copied[w] for w in written), *written):
+        for dead in (out, node, *(n for w in writes for n in w.dead)):
             graph.erase_node(dead)
         count += 1
     return recompiled(ep, count, dead_code=True)
 
 
 def _match(node, copied: dict):
-    """For an attention ``node`` to fold: the op's arguments, the node's output (its getitem 0)
-    and the two cache writes (``index_copy``, each copied into its buffer by ``copied[it]``)."""
+    """For an attention ``node`` to fold: the op's arguments (the query as (x, shape) where the
+    attention reads a view of the rotated one), its output (getitem 0) and the two cache writes."""
     if node.target not in _FUSED:
         return None
     _, bound = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True)
@@ -98,105 +114,56 @@ def _match(node, copied: dict):
     out = next(iter(node.users))
     if out.target is not operator.getitem or out.args[1] != 0:
         return None
-    writes = [_write(bound[name], node, copied) for name in ("key", "value")]
-    rotated = _rotary(bound["query"])
-    if None in writes or rotated is None:
+    writes = [cache_write(bound[name], node, copied) for name in ("key", "value")]
+    query, shape = bound["query"], None
+    if isinstance(query, torch.fx.Node) and query.target in VIEWS and len(query.users) == 1:
+        query, shape = query.args[0], tuple(query.meta["val"].shape)  # the model's own grouped-query fold
+    rotated = rotary(query)
+    if None in writes or rotated is None or len(query.users) != 1:
         return None
-    (k_cache, index, k_new), (v_cache, v_index, v) = writes
-    key = _rotary(k_new)
-    if key is None or v_index is not index or key[1:] != rotated[1:]:
+    key_write, value_write = writes
+    key = rotary(key_write.value)
+    if key is None or value_write.index is not key_write.index or (key.cos, key.sin, key.style) != (
+            rotated.cos, rotated.sin, rotated.style):
         return None
-    q, cos, sin = rotated
     mask = bound.get("attn_bias")
-    if not _decode_shapes(q, key[0], v, k_cache, v_cache, cos, sin, index, mask):
+    q = (rotated.x, shape) if shape else rotated.x
+    if not _decode_shapes(rotated.x, shape, key.x, value_write.value, key_write, value_write, rotated, mask):
         return None
-    scale = bound.get("scale") or q.meta["val"].shape[-1] ** -0.5  # sdpa's default
-    args = (q, key[0], v, cos, sin, k_cache, v_cache, index, mask, scale)
-    return args, out, [bound["key"], bound["value"]]
+    scale = bound.get("scale") or rotated.x.meta["val"].shape[-1] ** -0.5  # sdpa's default
+    args = (q, key.x, value_write.value, rotated.cos, rotated.sin, key_write.cache, value_write.cache,
+            key_write.index, mask, scale, rotated.style)
+    return args, out, writes
 
 
-def _write(written, attention, copied: dict):
-    """(cache buffer, index, new value) where ``written`` is ``index_copy(buffer, 2, index, value)``,
-    used by ``attention`` and the copy into the buffer alone; else None."""
-    if not isinstance(written, torch.fx.Node) or written.target is not aten.index_copy.default:
-        return None
-    cache, dim, index, value = written.args
-    if dim not in (2, -2) or written not in copied or copied[written].args[0] is not cache:
-        return None
-    if set(written.users) != {attention, copied[written]}:
-        return None
-    return cache, index, value
-
-
-def _rotary(node):
-    """(x, cos, sin) where ``node`` is ``x * cos + rotate_half(x) * sin`` (transformers'
-    ``apply_rotary_pos_emb``; ``rotate_half(x)``: ``cat(-x[..., d/2:], x[..., :d/2])``), else None."""
-    if not isinstance(node, torch.fx.Node) or node.target is not aten.add.Tensor or len(node.args) != 2:
-        return None
-    products = [_factors(a) for a in node.args]
-    if None in products:
-        return None
-    for (a, b), (c, d) in (products, products[::-1]):
-        for x, cos in ((a, b), (b, a)):
-            for turned, sin in ((c, d), (d, c)):
-                if _rotated_half(turned) is x:
-                    return x, cos, sin
-    return None
-
-
-def _factors(node):
-    if isinstance(node, torch.fx.Node) and node.target is aten.mul.Tensor and len(node.args) == 2 and all(
-            isinstance(a, torch.fx.Node) for a in node.args):
-        return tuple(node.args)
-    return None
-
-
-def _rotated_half(node):
-    """x where ``node`` is ``cat([neg(x[..., half:]), x[..., :half]], -1)``, else None."""
-    if not isinstance(node, torch.fx.Node) or node.target is not aten.cat.default:
-        return None
-    parts, dim = node.args[0], node.args[1] if len(node.args) > 1 else 0
-    val = node.meta.get("val")
-    if val is None or dim not in (-1, val.dim() - 1) or len(parts) != 2 or parts[0].target is not aten.neg.default:
-        return None
-    half = val.shape[-1] // 2
-    high, low = parts[0].args[0], parts[1]
-    if not (_slice_of(high, half, _END) and _slice_of(low, 0, (half,)) and high.args[0] is low.args[0]):
-        return None
-    return low.args[0]
-
-
-def _slice_of(node, start: int, ends: tuple) -> bool:
-    if not isinstance(node, torch.fx.Node) or node.target is not aten.slice.Tensor:
-        return False
-    x, dim, begin, end = (*node.args, None, None, None)[:4]
-    return dim in (-1, x.meta["val"].dim() - 1) and begin == start and end in ends
-
-
-def _decode_shapes(q, k, v, k_cache, v_cache, cos, sin, index, mask) -> bool:
-    """Whether these make one decode row a head, sizes fixed, that ``lowering`` takes as its own."""
-    vals = [n.meta.get("val") if isinstance(n, torch.fx.Node) else None for n in (q, k, v, k_cache, v_cache, cos, sin)]
+def _decode_shapes(x, shape, k, v, key_write, value_write, rotated, mask) -> bool:
+    """Whether these make one decode token a row, sizes fixed, that ``lowering`` takes as its own."""
+    nodes = (x, k, v, key_write.cache, value_write.cache, rotated.cos, rotated.sin)
+    vals = [n.meta.get("val") if isinstance(n, torch.fx.Node) else None for n in nodes]
     if any(t is None or t.dim() != 4 for t in vals):
         return False
-    q, k, v, k_cache, v_cache, cos, sin = vals
+    x, k, v, k_cache, v_cache, cos, sin = vals
     if not all(isinstance(s, int) for t in vals for s in (*t.shape, *t.stride())):
         return False
-    (b, h, m, d), (kv, keys) = q.shape, k_cache.shape[1:3]
-    index = index.meta.get("val")
-    if m != 1 or index is None or index.dtype != torch.int64 or tuple(index.shape) != (1,) or h % kv or d % 2:
+    (b, heads, t, d), (kv, keys) = x.shape, k_cache.shape[1:3]
+    h, m = (shape[1], shape[2]) if shape else (heads, 1)
+    if t != 1 or (shape and (len(shape) != 4 or shape[0] != b or shape[3] != d or h * m != heads)):
         return False
-    if k.shape != (b, kv, 1, d) or v.shape != k.shape or k_cache.shape != (b, kv, keys, d) != v_cache.shape:
+    if heads % kv or d % 2 or k.shape != (b, kv, 1, d) or v.shape != k.shape:
         return False
-    if q.dtype not in _DTYPES or not q.dtype == k.dtype == v.dtype == k_cache.dtype == v_cache.dtype:
+    if k_cache.shape[0] < b or k_cache.shape[1:] != (kv, keys, d) or v_cache.shape != k_cache.shape:
         return False
-    if cos.shape != sin.shape or cos.shape[1:3] != (1, 1) or cos.shape[0] not in (1, b) or cos.shape[3] != d:
+    if x.dtype not in _DTYPES or not x.dtype == k.dtype == v.dtype == k_cache.dtype == v_cache.dtype:
+        return False
+    width = d if rotated.style == "half" else d // 2
+    if cos.shape != sin.shape or cos.shape[1:] != (1, 1, width) or cos.shape[0] not in (1, b):
         return False
     if mask is not None:
         mask = mask.meta.get("val") if isinstance(mask, torch.fx.Node) else None
-        if mask is None or mask.dim() != 4 or mask.dtype not in (torch.bool, q.dtype, torch.float32) or not all(
-                isinstance(s, int) and s in (1, n) for s, n in zip(mask.shape, (b, h, 1, keys))):
+        if mask is None or mask.dim() != 4 or mask.dtype not in (torch.bool, x.dtype, torch.float32) or not all(
+                isinstance(s, int) and s in (1, n) for s, n in zip(mask.shape, (b, h, m, keys))):
             return False
-    return d in HEAD_DIMS and _mode(1, keys, h // kv, False) in ("split", "small")
+    return d in HEAD_DIMS and _mode(m, keys, h // kv, False) in ("split", "small")
 
 
 # --- after the trace: the attention call it makes, for ``lowering`` ---------------------
@@ -205,20 +172,24 @@ LOWERED_OP = f"{OP}.default"
 
 
 def as_attention(op, specs: dict):
-    """The attention call an ``aotcombo::rope_attention`` op makes (its query, the caches as keys
-    and values: ``lowering`` reads such a call), and its ``rope`` for ``lowering.lowered_ops``:
-    the kernel's further inputs and the strides the template reads them by."""
+    """The attention call an ``aotcombo::rope_attention`` op makes (its query, the caches' first b
+    rows as keys and values: ``lowering`` reads such a call), the specs it reads them by, and its
+    ``rope`` for ``lowering.lowered_ops``: the kernel's further inputs and the template's strides."""
     from ... import graph as g
     from .lowering import _broadcast_strides
 
-    q, k, v, cos, sin, k_cache, v_cache, index, mask, scale = op.args
-    (b, _, _, d) = specs[q.name].shape
+    q, k, v, cos, sin, k_cache, v_cache, index, mask, scale, style = op.args
+    b, d = specs[q.name].shape[0], specs[q.name].shape[3]
     call = g.Extern(op=g.ATTENTION, args=(q, k_cache, v_cache),
                     kwargs=(("attn_mask", mask), ("scale", scale), ("enable_gqa", True)),
                     out=op.out, writes=(), aliases=())
+    rows = {c.name: dataclasses.replace(specs[c.name], shape=(b, *specs[c.name].shape[1:])) for c in (k_cache, v_cache)}
     inputs = [(param, ref.name, specs[ref.name]) for param, ref in
               (("k_new_ptr", k), ("v_new_ptr", v), ("cos_ptr", cos), ("sin_ptr", sin), ("index_ptr", index))]
-    strides = {"k_new": specs[k.name].stride, "v_new": specs[v.name].stride,
-               "cos": _broadcast_strides(specs[cos.name], (b, 1, 1, d)),
-               "sin": _broadcast_strides(specs[sin.name], (b, 1, 1, d)), "half": d // 2}
-    return call, {"inputs": inputs, "strides": strides}
+    width = d if style == "half" else d // 2
+    index_spec = specs[index.name]
+    strides = {"k_new": specs[k.name].stride, "v_new": specs[v.name].stride, "style": style, "half": d // 2,
+               "cos": _broadcast_strides(specs[cos.name], (b, 1, 1, width)),
+               "sin": _broadcast_strides(specs[sin.name], (b, 1, 1, width)),
+               "index": index_spec.stride[0] if len(index_spec.shape) == 2 else 0}
+    return call, rows, {"inputs": inputs, "strides": strides}
