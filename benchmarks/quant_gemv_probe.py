@@ -64,6 +64,25 @@ TILES = ((64, 1, 4), (128, 1, 4), (64, 2, 4), (64, 4, 4), (128, 2, 4), (128, 4, 
 
 
 @triton.jit
+def _store(out_ptr, rn, acc, SPLIT_K: tl.constexpr):
+    """A program's float32 sums: stored, or added to the other k splits' (the output zeroed first)."""
+    if SPLIT_K == 1:
+        tl.store(out_ptr + rn, acc)
+    else:
+        tl.atomic_add(out_ptr + rn, acc)
+
+
+@triton.jit
+def _fp16_pair(x_ptr, WORDS: tl.constexpr, PER_WORD: tl.constexpr, j: tl.constexpr, HALF: tl.constexpr,
+               SCALE: tl.constexpr):
+    """x * SCALE at k = PER_WORD w + j and PER_WORD w + j + HALF of each word w as one fp16 pair (int32)."""
+    at = x_ptr + PER_WORD * tl.arange(0, WORDS) + j
+    lo = (tl.load(at).to(tl.float32) * SCALE).to(tl.float16)
+    hi = (tl.load(at + HALF).to(tl.float32) * SCALE).to(tl.float16)
+    return (lo.to(tl.int16, bitcast=True).to(tl.int32) & 65535) | (hi.to(tl.int16, bitcast=True).to(tl.int32) << 16)
+
+
+@triton.jit
 def int4_gemv(x_ptr, w_ptr, s_ptr, out_ptr, K: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
               PLAIN: tl.constexpr, GROUP_K: tl.constexpr):
     rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -95,10 +114,7 @@ def int4_gemv(x_ptr, w_ptr, s_ptr, out_ptr, K: tl.constexpr, BLOCK_N: tl.constex
         products = tl.sum(tl.where(cols[None, :] == 0, dot, 0.0), 1)
         scale = tl.load(s_ptr + rn * (K // GROUP_K) + group).to(tl.float32)
         acc += (products - offset * tl.sum(x.to(tl.float32), 0)) * scale
-    if SPLIT_K == 1:
-        tl.store(out_ptr + rn, acc)
-    else:
-        tl.atomic_add(out_ptr + rn, acc)
+    _store(out_ptr, rn, acc, SPLIT_K)
 
 
 
@@ -113,16 +129,6 @@ HFMA2 = tl.constexpr("{ .reg .b32 a, b, c, d, t, m; mov.b32 m, 0x64086408; "
          "shr.u32 t, $1, 12; lop3.b32 d, t, 0x000F000F, 0x64006400, 0xEA; "
          "sub.rn.f16x2 a, a, m; sub.rn.f16x2 b, b, m; sub.rn.f16x2 c, c, m; sub.rn.f16x2 d, d, m; "
          "mul.rn.f16x2 t, a, $2; fma.rn.f16x2 t, b, $3, t; fma.rn.f16x2 t, c, $4, t; fma.rn.f16x2 $0, d, $5, t; }")
-
-
-@triton.jit
-def _half_pair(x_ptr, j: tl.constexpr):
-    """x / 16 at k = 8 w + j and 8 w + j + 4 of each word w as one fp16 pair (int32): a word's sums of
-    four products then stay finite for any |x| below 2^15 (|q - 8| <= 8)."""
-    words = tl.arange(0, 16)
-    lo = (tl.load(x_ptr + 8 * words + j).to(tl.float32) * 0.0625).to(tl.float16)
-    hi = (tl.load(x_ptr + 8 * words + j + 4).to(tl.float32) * 0.0625).to(tl.float16)
-    return (lo.to(tl.int16, bitcast=True).to(tl.int32) & 65535) | (hi.to(tl.int16, bitcast=True).to(tl.int32) << 16)
 
 
 @triton.jit
@@ -146,10 +152,10 @@ def int4_hfma2(x_ptr, w_ptr, s_ptr, out_ptr, K: tl.constexpr, BLOCK_N: tl.conste
                 sums += q * tl.load(xg + 8 * kw + j).to(tl.float32)[None, :]
             products = sums
         else:
-            p0 = tl.broadcast_to(_half_pair(xg, 0)[None, :], w.shape)
-            p1 = tl.broadcast_to(_half_pair(xg, 1)[None, :], w.shape)
-            p2 = tl.broadcast_to(_half_pair(xg, 2)[None, :], w.shape)
-            p3 = tl.broadcast_to(_half_pair(xg, 3)[None, :], w.shape)
+            p0 = tl.broadcast_to(_fp16_pair(xg, GROUP_K // 8, 8, 0, 4, 0.0625)[None, :], w.shape)
+            p1 = tl.broadcast_to(_fp16_pair(xg, GROUP_K // 8, 8, 1, 4, 0.0625)[None, :], w.shape)
+            p2 = tl.broadcast_to(_fp16_pair(xg, GROUP_K // 8, 8, 2, 4, 0.0625)[None, :], w.shape)
+            p3 = tl.broadcast_to(_fp16_pair(xg, GROUP_K // 8, 8, 3, 4, 0.0625)[None, :], w.shape)
             half = tl.inline_asm_elementwise(HFMA2, "=r,r,r,r,r,r", [w, p0, p1, p2, p3], dtype=tl.int32,
                                              is_pure=True, pack=1)
             lo = (half & 65535).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
@@ -160,10 +166,7 @@ def int4_hfma2(x_ptr, w_ptr, s_ptr, out_ptr, K: tl.constexpr, BLOCK_N: tl.conste
             scale = scale * 16.0  # x was taken / 16 (exact)
         acc += products * scale[:, None]
     acc = tl.sum(acc, 1)
-    if SPLIT_K == 1:
-        tl.store(out_ptr + rn, acc)
-    else:
-        tl.atomic_add(out_ptr + rn, acc)
+    _store(out_ptr, rn, acc, SPLIT_K)
 
 
 # Four int8 bytes -> two fp16 pairs (k0, k2), (k1, k3): the sign bits flipped (b + 128, unsigned), each
@@ -172,16 +175,6 @@ HFMA2_INT8 = tl.constexpr("{ .reg .b32 u, a, b, m; mov.b32 m, 0x64806480; lop3.b
                           "prmt.b32 a, u, 0x64646464, 0x4240; prmt.b32 b, u, 0x64646464, 0x4341; "
                           "sub.rn.f16x2 a, a, m; sub.rn.f16x2 b, b, m; "
                           "mul.rn.f16x2 a, a, $2; fma.rn.f16x2 $0, b, $3, a; }")
-
-
-@triton.jit
-def _int8_pair(x_ptr, j: tl.constexpr, WORDS: tl.constexpr):
-    """x / 128 at k = 4 w + j and 4 w + j + 2 of each word w as one fp16 pair (int32): a word's sums
-    of two products then stay finite for any |x| below 2^14 (|q| <= 128)."""
-    words = tl.arange(0, WORDS)
-    lo = (tl.load(x_ptr + 4 * words + j).to(tl.float32) * 0.0078125).to(tl.float16)
-    hi = (tl.load(x_ptr + 4 * words + j + 2).to(tl.float32) * 0.0078125).to(tl.float16)
-    return (lo.to(tl.int16, bitcast=True).to(tl.int32) & 65535) | (hi.to(tl.int16, bitcast=True).to(tl.int32) << 16)
 
 
 @triton.jit
@@ -205,8 +198,8 @@ def int8_hfma2(x_ptr, w_ptr, s_ptr, out_ptr, K: tl.constexpr, BLOCK_N: tl.conste
                 sums += b * tl.load(xg + 4 * kw + j).to(tl.float32)[None, :]
             acc += sums
         else:
-            p0 = tl.broadcast_to(_int8_pair(xg, 0, GROUP_K // 4)[None, :], w.shape)
-            p1 = tl.broadcast_to(_int8_pair(xg, 1, GROUP_K // 4)[None, :], w.shape)
+            p0 = tl.broadcast_to(_fp16_pair(xg, GROUP_K // 4, 4, 0, 2, 0.0078125)[None, :], w.shape)
+            p1 = tl.broadcast_to(_fp16_pair(xg, GROUP_K // 4, 4, 1, 2, 0.0078125)[None, :], w.shape)
             half = tl.inline_asm_elementwise(HFMA2_INT8, "=r,r,r,r", [w, p0, p1], dtype=tl.int32, is_pure=True,
                                              pack=1)
             lo = (half & 65535).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
@@ -215,10 +208,7 @@ def int8_hfma2(x_ptr, w_ptr, s_ptr, out_ptr, K: tl.constexpr, BLOCK_N: tl.conste
     acc = tl.sum(acc, 1) * tl.load(s_ptr + rn).to(tl.float32)
     if not PLAIN:
         acc = acc * 128.0  # x was taken / 128 (exact)
-    if SPLIT_K == 1:
-        tl.store(out_ptr + rn, acc)
-    else:
-        tl.atomic_add(out_ptr + rn, acc)
+    _store(out_ptr, rn, acc, SPLIT_K)
 
 
 def emulate_int8(words, x):

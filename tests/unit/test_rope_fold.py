@@ -95,15 +95,21 @@ def test_row_positions_fold_and_match_eager(tmp_path, monkeypatch):
     example = (torch.randn(2, 1, DIM, generator=g), torch.tensor([[5], [70]]))
     result, folded = _build(RowPositions(), example, tmp_path, monkeypatch)
     assert folded == 1
+    _match_eager(result, eager, [(torch.randn(2, 1, DIM, generator=g), torch.tensor(rows)[:, None])
+                                 for rows in [(0, 511), (63, 64), (64, 63), (300, 1)]])
+
+
+def _match_eager(result, eager, steps):
+    """Each step under the interpreter against eager: the output, then both caches (the package's
+    state, updated in ``result.weights``), float32, relative L2 <= 1e-5."""
     names = [t.name for t in result.manifest.weights.tensors]
-    for seed, rows in enumerate([(0, 511), (63, 64), (64, 63), (300, 1)]):
-        x, p = torch.randn(2, 1, DIM, generator=g), torch.tensor(rows)[:, None]
+    for x, p in steps:
         with torch.no_grad():
             want = eager(x, p)
         got = interpret.run_variant(result, 0, [x, p])
-        assert relative_error(got, want) <= 1e-5, rows
+        assert relative_error(got, want) <= 1e-5, p.tolist()
         for name in ("k_cache", "v_cache"):
-            assert relative_error(result.weights[names.index(name)], eager.get_buffer(name)) <= 1e-5, (rows, name)
+            assert relative_error(result.weights[names.index(name)], eager.get_buffer(name)) <= 1e-5, (p.tolist(), name)
 
 
 def _build(model, inputs, tmp_path, monkeypatch):
@@ -129,15 +135,8 @@ def test_folded_decode_steps_match_eager(cache, tmp_path, monkeypatch):
     assert folded == 1
     kernels = [k for k in result.variants[0].plan.graph.kernels if k.family == "decode_attention"]
     assert kernels and all("rope_fold" in k.source for k in kernels if "_split_" in k.name or "_small_" in k.name)
-    names = [t.name for t in result.manifest.weights.tensors]
-    for seed, pos in enumerate([0, 1, 63, 64, 65, 200, cache - 1] if cache > 64 else [0, 7, 63]):
-        x, p = _step(pos, seed + 1)
-        with torch.no_grad():
-            want = eager(x, p)
-        got = interpret.run_variant(result, 0, [x, p])
-        assert relative_error(got, want) <= 1e-5, pos
-        for name in ("k_cache", "v_cache"):
-            assert relative_error(result.weights[names.index(name)], eager.get_buffer(name)) <= 1e-5, (pos, name)
+    positions = [0, 1, 63, 64, 65, 200, cache - 1] if cache > 64 else [0, 7, 63]
+    _match_eager(result, eager, [_step(pos, seed + 1) for seed, pos in enumerate(positions)])
 
 
 def test_a_prefill_is_not_folded(tmp_path, monkeypatch):

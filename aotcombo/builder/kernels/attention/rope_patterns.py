@@ -104,12 +104,9 @@ def _pairs(node) -> Rotary | None:
     """``type_as(view(stack([x0 c - x1 s, x1 c + x0 s], -1), x.shape), x)`` of ``x0, x1 =
     view(x.float(), [..., d/2, 2]).unbind(-1)``."""
     cast = node
-    if _is(cast, aten.type_as.default):
-        flat = cast.args[0]
-    elif _is(cast, aten._to_copy.default):
-        flat = cast.args[0]
-    else:
+    if not _is(cast, aten.type_as.default, aten._to_copy.default):
         return None
+    flat = cast.args[0]
     if not _is(flat, *VIEWS) or not _is(flat.args[0], aten.stack.default):
         return None
     stack = flat.args[0]
