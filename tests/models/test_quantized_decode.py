@@ -26,6 +26,10 @@ def test_the_sample_matches_eager(tmp_path, model_fn, batch, ours):
                if s.kernel.heuristic == "matmul"]
     # per layer q/k/v, o, gate/up and down, then the head; past 16 rows none
     assert sum("(weight int" in k for k in kernels) == ours
+    if batch == 1:  # q/k/v, gate/up and the head: squares summed in the loop that reads W, 1 / rms after it
+        sources = [s.kernel.source for c in result.variants[0].plan.combos for s in c.subs
+                   if "rms norm first" in s.kernel.source.splitlines()[2]]
+        assert len(sources) == 5 and all("squares +=" in s and "row statistics" not in s for s in sources)
     quantized = torch.uint8 if model_fn == "get_int4_model" else torch.int8
     assert sum(w.dtype == quantized for w in result.weights) == 9  # 4 per layer (combined), the head
     fresh = sample.get_example_inputs(batch, seed=1)

@@ -109,6 +109,11 @@ class SharedNorm(nn.Module):
         return torch.relu(self.fc(h)), h
 
 
+def _fused_sources(result) -> list[str]:
+    plan = result.variants[0].plan
+    return [s.kernel.source for c in plan.combos for s in c.subs if s.kernel.heuristic == "matmul"]
+
+
 def _fused_kernels(result) -> list[str]:
     """The summary line of each fused-linear kernel the package launches."""
     plan = result.variants[0].plan
@@ -217,6 +222,9 @@ def test_a_batch_1_decode_step_s_linears_are_gemvs(tmp_path, dtype):
     kernels = _fused_kernels(result)
     assert len(kernels) == 3 and all("gemv" in k for k in kernels)  # the bare down projection too
     assert sum("rms norm first" in k for k in kernels) == 2 and any("silu, mul" in k for k in kernels)
+    # one pass over x: the norm's squares summed in the loop that reads W, 1 / rms after it
+    normed = [s for s in _fused_sources(result) if "rms norm first" in s.splitlines()[2]]
+    assert len(normed) == 2 and all("squares += a * a" in s and "row statistics" not in s for s in normed)
 
 
 def test_at_4_rows_the_linears_are_long_k_tiles(tmp_path):

@@ -102,7 +102,7 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
         dot_options=f', input_precision="{recipes.FP32_DOT_PRECISION}"' if r.dtype == "float32" else "",
         glu=r.glu, quant=quant, qgemv=qgemv, gemv=t.gemv,
         glu_offset=r.n * (w_stride[0] if r.weight_layout == "nk" else w_stride[1]),
-        sum_once=t.gemv and t.sum_once,
+        sum_once=t.gemv and t.sum_once, rstd_after=qgemv["rstd_after"] if qgemv else rstd_after(r, t),
     )
     source = render("fused_linear.py.j2", name="KERNEL", **context)
     name = "fused_linear_" + hashlib.sha256(source.encode()).hexdigest()[:12]
@@ -146,6 +146,14 @@ def dynamic_output(op: g.Extern, x: g.TensorSpec, out: g.TensorSpec) -> tuple[li
         strides.insert(0, g.Ref(scalars[-1].out))
     shape = tuple(g.Ref(s.out) for s in sizes) + (columns,)
     return scalars, g.replace(out, shape=shape, stride=(*strides, 1), storage_offset=0)
+
+
+def rstd_after(r: Recipe, t: Tiles) -> bool:
+    """Whether a 16-bit (or float32) GEMV's RMS norm leaves 1 / rms to multiply its sums
+    (``recipe.RSTD_AFTER``): its squares summed in the loop from the x it loads, x times the norm's
+    weight alone in the products, not rounded to bf16 as eager rounds x / rms (every product is
+    linear in x). Tensor-core tiles round x to their operand type: they keep the norm first."""
+    return recipes.RSTD_AFTER and t.gemv and r.quant is None and r.norm == "rms"
 
 
 def _dequantize_lines(r: Recipe, q: g.TensorSpec, half: int) -> list[str]:

@@ -89,24 +89,37 @@ def _pairs(name: str, start: str, spec: g.TensorSpec, step: int, out: tuple[str,
                     f"{odd} = ({name}_w >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)"]
 
 
-def _normed(values: list[str], r: Recipe, norm_lines) -> list[str]:
+def _normed(values: list[str], r: Recipe, norm_lines, rstd_after: bool) -> list[str]:
     """The norm applied to each of ``values``, in float32: not rounded to ``norm_cast`` and the
     operands' dtype as eager rounds it (a conversion a value each, at an eighth of the float rate;
-    the products nearer the exact ones)."""
+    the products nearer the exact ones). ``rstd_after``: the squares summed here, the norm's
+    weight applied, and 1 / rms left to multiply the sums after the loop (``rstd_after``)."""
     lines = []
+    if rstd_after:
+        lines.append("squares += " + " + ".join(f"{v} * {v}" for v in values))
     for i, v in enumerate(values):
         if r.norm == "layer":
             lines.append(f"{v} = ({v} - mean[:, None, None]) * rstd[:, None, None]")
-        else:
+        elif not rstd_after:
             lines.append(f"{v} = {v} * rstd[:, None, None]")
         lines += norm_lines(v, i)
     return lines
 
 
-def _x_lines(r: Recipe, specs: dict, per_chunk: bool) -> list[str]:
+def rstd_after(r: Recipe) -> bool:
+    """Whether an RMS norm's 1 / rms multiplies the loop's sums instead of x: every product is
+    linear in x, so sum w (x g / rms) = (sum w x g) / rms. Its squares are then summed in the loop
+    from the x it loads (x loaded once a step, or, but for rows one at a time, once for each of the
+    tile's rows: their sum divided by them), not in a pass over x before it, and W's loads wait for
+    no statistics. Not a layer norm: its mean and bias are not linear so."""
+    return recipes.RSTD_AFTER and r.norm == "rms"
+
+
+def _x_lines(r: Recipe, specs: dict, per_chunk: bool, late: bool = False) -> list[str]:
     """x at each byte's k: ``xa`` (int8) or ``xl``/``xh`` (int4: at the low / high nibble's k),
-    float32, the norm applied; int4's ``xd = xh - 16 xl`` ("unit": xh / 16 - xl); ``xs``, a chunk's
-    sum, where a zero point is applied per chunk; "unit"'s carrier (``carrier``): ``xk``, a chunk's."""
+    float32, the norm applied (``late``: but for 1 / rms, ``rstd_after``); int4's ``xd = xh - 16 xl``
+    ("unit": xh / 16 - xl); ``xs``, a chunk's sum, where a zero point is applied per chunk; "unit"'s
+    carrier (``carrier``): ``xk``, a chunk's."""
     x, ones = specs["x"], unit(r, specs["w"], per_chunk)
     x_stride = x.stride
     row = f"x_ptr + pid_m.to(tl.int64) * {x_stride[0]}"
@@ -135,7 +148,7 @@ def _x_lines(r: Recipe, specs: dict, per_chunk: bool) -> list[str]:
                                                                          ("norm_bias_ptr", "+")) if param in loaded]
         values = ["xe", "xo"]
     if r.norm:
-        lines += _normed(values, r, norm_lines)
+        lines += _normed(values, r, norm_lines, late)
     if r.quant.bits == 4:
         low, high = ("xo", "xe") if r.quant.high_first else ("xe", "xo")
         lines += [f"xl, xh = {low}, {high}", "xd = xh * 0.0625 - xl" if ones else "xd = xh - 16.0 * xl"]
@@ -339,7 +352,8 @@ def loop(r: Recipe, specs: dict, t: Tiles, products: list[str]) -> dict:
     chunks = t.block_k // per_byte // chunk
     per_channel = r.quant.per_channel(r.k)
     per_chunk = rows or not per_channel
-    lines = _x_lines(r, specs, per_chunk) + ([] if per_channel else [f"kc = k0 + rc * {chunk * per_byte}"])
+    late = rstd_after(r)
+    lines = _x_lines(r, specs, per_chunk, late) + ([] if per_channel else [f"kc = k0 + rc * {chunk * per_byte}"])
     row_lines: list[str] = []
     split: set = set()
     for half, product in enumerate(products):
@@ -350,4 +364,4 @@ def loop(r: Recipe, specs: dict, t: Tiles, products: list[str]) -> dict:
 
     return {"chunk": chunk, "chunks": chunks, "per_byte": per_byte, "k_bytes": r.k // per_byte,
             "width": 1 if per_chunk else chunk, "rows": rows, "lines": tiled(lines),
-            "row_lines": tiled(row_lines)}
+            "row_lines": tiled(row_lines), "rstd_after": late}
