@@ -12,7 +12,9 @@ sweeps found a boolean-mask bug (Falcon), layouts of convolution outputs (SegFor
 literals (DeBERTa), OrderedDict outputs (torchvision segmentation), tiled persistent
 reductions (MaxViT) and transformers' use_cache default (Phi-3, Mixtral: an error naming the fix);
 the 2026-12-03 sweep (25 more: encoders, speech, LLMs, MoE, timm and torchvision vision models) found no
-wrong result, only an error to improve (a mask passed by position into GPT-Neo's cache); the cases that earned a
+wrong result, only an error to improve (a mask passed by position into GPT-Neo's cache); the 2026-12-05 sweep
+(34 small configs, 7 of them new here: XLM-R, GPT-Neo, CodeGen, Qwen3-MoE, DeiT, AST, CLIP's text model) found
+no wrong result and no failure but the use_cache default, whose error names the fix; the cases that earned a
 place are now zoo models (sample_models/zoo/), checked on the GPU. No GPU needed; a few
 minutes per large vision model (the interpreter is slow).
 """
@@ -275,6 +277,19 @@ CASES = {
     "timm_efficientvit": (timm_model("efficientvit_b0", num_classes=10), images()),
     "tv_swin_v2": (tv("swin_v2_t", num_classes=10), images(size=64, batch=1)),
     "tv_mnasnet": (tv("mnasnet0_5", num_classes=10), images()),
+    # a 2026-12-05 sweep (transformers 5.25): each built and matched eager
+    "xlm_roberta": (hf("XLMRobertaConfig", "XLMRobertaModel", max_position_embeddings=40, **S), tokens()),
+    "gpt_neo": (hf("GPTNeoConfig", "GPTNeoModel", vocab_size=100, hidden_size=32, num_layers=2, num_heads=4,
+                   attention_types=[[["global", "local"], 1]], window_size=8, use_cache=False,
+                   attn_implementation="eager"), tokens(mask=False)),
+    "codegen": (hf("CodeGenConfig", "CodeGenModel", vocab_size=100, n_embd=32, n_layer=2, n_head=4, rotary_dim=4,
+                   use_cache=False), tokens(mask=False)),
+    "qwen3_moe": (hf("Qwen3MoeConfig", "Qwen3MoeModel", use_cache=False, head_dim=8, num_experts=4,
+                     num_experts_per_tok=2, moe_intermediate_size=32, **DEC), tokens(mask=False)),
+    "deit": (hf("DeiTConfig", "DeiTModel", image_size=32, patch_size=8, **S), images(size=32)),
+    "audio_spectrogram": (hf("ASTConfig", "ASTModel", max_length=64, num_mel_bins=32, patch_size=16,
+                             frequency_stride=10, time_stride=10, **S), lambda: (torch.randn(2, 64, 32),)),
+    "clip_text": (hf("CLIPTextConfig", "CLIPTextModel", max_position_embeddings=20, **S), tokens()),
 }
 
 
