@@ -17,9 +17,6 @@ from . import recipe as recipes  # FP32_DOT_PRECISION read at each call: benchma
 from .recipe import EPILOGUE_OPS, GEMV_MAX_ROWS, OP, Recipe, Tiles, tiles
 
 
-DECODE_TILE_ROWS = 16  # tiles of at most this many rows take an RMS norm's 1 / rms after the loop
-
-
 def _number(value: float) -> str:
     if math.isinf(value) or math.isnan(value):
         return f"float('{value}')"
@@ -152,15 +149,11 @@ def dynamic_output(op: g.Extern, x: g.TensorSpec, out: g.TensorSpec) -> tuple[li
 
 
 def rstd_after(r: Recipe, t: Tiles) -> bool:
-    """Whether a linear's RMS norm leaves 1 / rms to multiply its sums (``recipe.RSTD_AFTER``):
-    its squares summed in the loop from the x it loads, x times the norm's weight alone in the
-    products (every product is linear in x), rounded once to the operand type for tensor-core
-    tiles, where eager rounds x / rms and then its product by the weight. A 16-bit (or float32)
-    GEMV (a quantized one: ``quant_gemv.rstd_after``), or tiles of at most ``DECODE_TILE_ROWS``
-    rows (a decode step of a few rows: the squares' [rows, k step] accumulator is small)."""
-    if not (recipes.RSTD_AFTER and r.norm == "rms"):
-        return False
-    return r.quant is None if t.gemv else t.block_m <= DECODE_TILE_ROWS
+    """Whether a 16-bit (or float32) GEMV's RMS norm leaves 1 / rms to multiply its sums
+    (``recipe.RSTD_AFTER``): its squares summed in the loop from the x it loads, x times the norm's
+    weight alone in the products, not rounded to bf16 as eager rounds x / rms (every product is
+    linear in x). Tensor-core tiles round x to their operand type: they keep the norm first."""
+    return recipes.RSTD_AFTER and t.gemv and r.quant is None and r.norm == "rms"
 
 
 def _dequantize_lines(r: Recipe, q: g.TensorSpec, half: int) -> list[str]:

@@ -134,14 +134,12 @@ DECODE_DTYPES = (torch.bfloat16, torch.float16)
 # 0.732 ms in the same run.
 QUANT_MAX_ROWS = 16
 QUANT_CONVERT = "unit"  # or "perm", "bits", "cvt"
-# A decode step's RMS norm (q/k/v, gate/up) was a pass over x for its statistics, a reduction
-# across the program, then the loop: W's loads waited for x's and the barrier. Every product is
-# linear in x, so 1 / rms now multiplies the loop's sums, its squares summed in the loop from the x
-# it loads (lowering.rstd_after, quant_gemv.rstd_after; a GEMV's x not rounded to bf16 where eager
-# rounds x / rms: nearer the exact products). SASS (sm_90, instructions a thread): the 1B's int4
-# q/k/v 456 -> 408, gate/up 696 -> 648, bf16 q/k/v 592 -> 520, every load before the first barrier;
-# llm_decode's 16 x 32 x 256 tiles at batch 8, q/k/v 1264 -> 576, gate/up 1504 -> 776 (a step's
-# squares summed across its tile: a [rows, k step] accumulator beside the dot's took 236 registers).
+# A GEMV's RMS norm (q/k/v, gate/up of a decode step) was a pass over x for its statistics, a
+# reduction across the program, then the loop: W's loads waited for x's and the barrier. Every
+# product is linear in x, so 1 / rms now multiplies the loop's sums, its squares summed in the loop
+# from the x it loads (lowering.rstd_after, quant_gemv.rstd_after; not rounded to bf16 where eager
+# rounds x / rms: nearer the exact products). SASS (sm_90) of the 1B's int4 q/k/v 456 -> 408
+# instructions, gate/up 696 -> 648, every load before the first barrier.
 RSTD_AFTER = True
 GEMV_QUANT_WARPS = 4  # a quantized GEMV's
 QUANT_GEMV_TILE_BYTES, QUANT_GEMV_BLOCK_K, QUANT_GEMV_MIN_PROGRAMS = 8192, 2048, 2 * 132
