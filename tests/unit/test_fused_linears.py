@@ -110,15 +110,14 @@ class SharedNorm(nn.Module):
 
 
 def _fused_sources(result) -> list[str]:
+    """The source of each fused-linear kernel the package launches."""
     plan = result.variants[0].plan
     return [s.kernel.source for c in plan.combos for s in c.subs if s.kernel.heuristic == "matmul"]
 
 
 def _fused_kernels(result) -> list[str]:
     """The summary line of each fused-linear kernel the package launches."""
-    plan = result.variants[0].plan
-    return [s.kernel.source.splitlines()[2].strip("# ") for c in plan.combos for s in c.subs
-            if s.kernel.heuristic == "matmul"]
+    return [source.splitlines()[2].strip("# ") for source in _fused_sources(result)]
 
 
 def _check(model, x, tmp_path, dtype):

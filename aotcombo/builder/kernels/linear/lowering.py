@@ -153,7 +153,7 @@ def rstd_after(r: Recipe, t: Tiles) -> bool:
     (``recipe.RSTD_AFTER``): its squares summed in the loop from the x it loads, x times the norm's
     weight alone in the products, not rounded to bf16 as eager rounds x / rms (every product is
     linear in x). Tensor-core tiles round x to their operand type: they keep the norm first."""
-    return recipes.RSTD_AFTER and t.gemv and r.quant is None and r.norm == "rms"
+    return t.gemv and r.quant is None and quant_gemv.rstd_after(r)
 
 
 def _dequantize_lines(r: Recipe, q: g.TensorSpec, half: int) -> list[str]:

@@ -89,18 +89,18 @@ def _pairs(name: str, start: str, spec: g.TensorSpec, step: int, out: tuple[str,
                     f"{odd} = ({name}_w >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)"]
 
 
-def _normed(values: list[str], r: Recipe, norm_lines, rstd_after: bool) -> list[str]:
+def _normed(values: list[str], r: Recipe, norm_lines, late: bool) -> list[str]:
     """The norm applied to each of ``values``, in float32: not rounded to ``norm_cast`` and the
     operands' dtype as eager rounds it (a conversion a value each, at an eighth of the float rate;
-    the products nearer the exact ones). ``rstd_after``: the squares summed here, the norm's
-    weight applied, and 1 / rms left to multiply the sums after the loop (``rstd_after``)."""
+    the products nearer the exact ones). ``late``: the squares summed here, the norm's weight
+    applied, and 1 / rms left to multiply the sums after the loop (``rstd_after``)."""
     lines = []
-    if rstd_after:
+    if late:
         lines.append("squares += " + " + ".join(f"{v} * {v}" for v in values))
     for i, v in enumerate(values):
         if r.norm == "layer":
             lines.append(f"{v} = ({v} - mean[:, None, None]) * rstd[:, None, None]")
-        elif not rstd_after:
+        elif not late:
             lines.append(f"{v} = {v} * rstd[:, None, None]")
         lines += norm_lines(v, i)
     return lines
