@@ -142,7 +142,11 @@ QUANT_CONVERT = "unit"  # or "perm", "bits", "cvt"
 # instructions, gate/up 696 -> 648, every load before the first barrier. H200, 2026-12-05,
 # quantized_llm_bench.py, packages in turn in one run, positions 5 / 1000, medians of 200: the 1B
 # step bf16 0.844 / 0.867 -> 0.838 / 0.861 ms, int8 0.574 / 0.597 -> 0.557 / 0.579, int4 0.473 /
-# 0.495 -> 0.467 / 0.489 (int8 0.66x, int4 0.56x bf16's).
+# 0.495 -> 0.467 / 0.489 (int8 0.66x, int4 0.56x bf16's). Tried, not kept: tensor-core tiles of at
+# most 16 rows the same way (each step's squares summed across its tile; SASS of llm_decode's batch-8
+# q/k/v tile 1264 -> 576 instructions): that sample's step at batch 8 0.168 / 0.161 -> 0.227 / 0.226
+# ms (H200, 2026-12-05, llm_bench.py, two rounds of packages in turn, default call; the rope fold
+# before it 0.167 / 0.170 -> 0.168 / 0.161, main without the tiles' change 0.172 / 0.162).
 RSTD_AFTER = True
 GEMV_QUANT_WARPS = 4  # a quantized GEMV's
 QUANT_GEMV_TILE_BYTES, QUANT_GEMV_BLOCK_K, QUANT_GEMV_MIN_PROGRAMS = 8192, 2048, 2 * 132
