@@ -32,6 +32,7 @@ from .compile.jobs import Jobs, label
 from .compile.scheduler import Scheduler, default_jobs
 from .inputs import shapes as shapes_mod
 from .inputs.environment import check_environment
+from .inputs.keywords import by_name, positional
 from .inputs.modelfile import on_meta
 from .inputs.options import BuildOptions
 from .inputs.signature import input_names
@@ -262,6 +263,9 @@ def build_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]
     options = options or BuildOptions.checked(**keywords)
     reporter = reporter or Reporter(quiet=True)
     with tempfile.TemporaryDirectory(prefix="aotcombo-build-") as scratch:
+        if isinstance(example_inputs, dict):  # by name, as a tokenizer gives them
+            model, example_inputs = by_name(model, example_inputs, "example_inputs")
+            make_inputs = positional(make_inputs)
         build = Build(model, _tensors(example_inputs), options, reporter, model_file, make_inputs, Path(scratch),
                       dynamic_axes=dynamic_axes, tp_plan=tp_plan)
         try:
@@ -286,7 +290,8 @@ def _tensors(example_inputs) -> tuple[torch.Tensor, ...]:
         return (example_inputs,)
     if not isinstance(example_inputs, (tuple, list)):
         raise UsageError(f"example_inputs is a {type(example_inputs).__name__}, not a tuple of tensors",
-                         fix="pass a tuple of tensors, one per positional input of forward()")
+                         fix="pass a tuple of tensors, one per positional input of forward(), or a dict of "
+                             "them keyed by forward's parameter names")
     for i, item in enumerate(example_inputs):
         if not isinstance(item, torch.Tensor):
             raise UsageError(

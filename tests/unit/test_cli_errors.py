@@ -582,10 +582,10 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.parametrize("inputs, named", [(([torch.randn(3, 8)],), "example input 0 is a list"),
                                            ((torch.randn(3, 8), 2.0), "example input 1 is a float"),
-                                           ({"x": torch.randn(3, 8)}, "example_inputs is a dict")])
+                                           ({torch.randn(3, 8)}, "example_inputs is a set")])
 def test_python_api_names_an_input_that_is_not_a_tensor(inputs, named, tmp_path):
     """``build_package`` (the Python API: no model file to check them) with a list of images,
-    as torchvision's detection models take, a number, or a dict: a UsageError naming the
+    as torchvision's detection models take, a number, or a set: a UsageError naming the
     input and the fix, not an AttributeError from deep inside the build."""
     from aotcombo.builder.pipeline import build_package
     from aotcombo.errors import UsageError

@@ -263,9 +263,15 @@ def test_get_example_inputs_raises(tmp_path):
 
 
 def test_get_example_inputs_returns_non_sequence(tmp_path):
-    path = write(tmp_path, GOOD.replace("return (torch.randn(2, 8),)", "return {'x': torch.randn(2, 8)}"))
+    path = write(tmp_path, GOOD.replace("return (torch.randn(2, 8),)", "return {torch.randn(2, 8)}"))
+    err = load_error(path)
+    assert "tuple of tensors" in err.message and "set" in err.message and "dict" in err.fix  # a dict by name is one
+
+
+def test_get_example_inputs_by_name_must_name_forwards_parameters(tmp_path):
+    path = write(tmp_path, GOOD.replace("return (torch.randn(2, 8),)", "return {'y': torch.randn(2, 8)}"))
     msg = load_error(path).message
-    assert "tuple of tensors" in msg and "dict" in msg
+    assert "names the input 'y'" in msg and "does not take" in msg
 
 
 def test_non_tensor_input_names_position_and_type(tmp_path):

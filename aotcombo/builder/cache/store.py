@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import io
 import json
 import os
@@ -361,9 +362,19 @@ def trace_keys(model, inputs, archs, model_file: str | Path | None = None, extra
         _own_source_digest(*TRACE_SOURCES),
         tool_versions(),
         [tensor_spec(t) for t in inputs],
+        _binding(model),
         model_part,
         sorted(fp.files.items()),
         torch_state(),
         extra,
     )
     return {arch: _digest(base, arch) for arch in archs}
+
+
+def _binding(model) -> str:
+    """How the inputs bind to ``model``'s forward: its signature (example inputs given by name make
+    a forward of their keys in their order, ``inputs/keywords.py``, in no file the key reads)."""
+    try:
+        return str(inspect.signature(model.forward))
+    except (TypeError, ValueError):
+        return ""

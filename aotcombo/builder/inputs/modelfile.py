@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from ...errors import ModelFileError
+from . import keywords
 from .signature import misplaced_input
 from .usercode import is_user_file
 
@@ -63,7 +64,10 @@ def load_model_file(
         model = _call(make_model, model_fn, path, shown)
         if not isinstance(model, nn.Module):
             _not_a_module(model, model_fn, shown)
-        inputs = _normalize_inputs(_call(make_inputs, inputs_fn, path, shown), inputs_fn, shown)
+        inputs = _call(make_inputs, inputs_fn, path, shown)
+        if isinstance(inputs, dict):  # by name, as a tokenizer gives them
+            model, inputs = keywords.by_name(model, inputs, f"model file {shown}: {inputs_fn}()", ModelFileError)
+        inputs = _normalize_inputs(inputs, inputs_fn, shown)
 
     _check_on_cpu(model, inputs, model_fn, inputs_fn, shown)
     model.eval()
@@ -273,11 +277,14 @@ def _not_a_module(obj, name: str, shown: str):
 def _normalize_inputs(value, name: str, shown: str) -> tuple[torch.Tensor, ...]:
     if isinstance(value, torch.Tensor):
         return (value,)
+    if isinstance(value, dict):
+        return keywords.values(value, f"model file {shown}: {name}()", ModelFileError)
     if not isinstance(value, (tuple, list)):
         raise ModelFileError(
             f"model file {shown}: {name}() must return a tuple of tensors, "
             f"but it returned a {_type_name(value)}.",
-            fix=f"make {name}() return a tuple of CPU tensors, one per positional input of forward()",
+            fix=f"make {name}() return a tuple of CPU tensors, one per positional input of forward(), or a "
+                "dict of them keyed by forward's parameter names",
         )
     for i, item in enumerate(value):
         if not isinstance(item, torch.Tensor):
