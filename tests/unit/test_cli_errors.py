@@ -167,7 +167,7 @@ def test_an_input_passed_by_position_to_a_parameter_that_takes_no_tensor(capsys,
     assert code == 3
     assert_one_error(err, "fails on its own example inputs", "get_seq_length", "line 10",
                      "the 2 example inputs go to forward(x, cache, mask) by position, so to x, cache",
-                     "passes them on by name")
+                     "a dict keyed by forward's parameter names", "passes them on by name")
     assert_nothing_written(tmp_path / "out")
 
 

@@ -54,6 +54,7 @@ def misplaced_input(model: torch.nn.Module, exc: BaseException, n: int) -> str |
     shown = ", ".join(every[:6]) + (", ..." if len(every) > 6 else "") if every else ", ".join(given)
     return (f"a tensor reached code that wants another kind of object (one with .{found.group(1)}): the "
             f"{n} example input{'s' if n > 1 else ''} go to forward({shown}) by position, so to "
-            f"{', '.join(given)}; if forward takes other parameters before those you pass, return from "
-            "get_model() a wrapper whose forward takes just your tensors and passes them on by name "
-            "(self.model(input_ids, attention_mask=attention_mask))")
+            f"{', '.join(given)}; if forward takes other parameters before those you pass, give them by name: "
+            "return from get_example_inputs() a dict keyed by forward's parameter names ({'input_ids': ..., "
+            "'attention_mask': ...}), or from get_model() a wrapper whose forward takes just your tensors and "
+            "passes them on by name")
