@@ -1,4 +1,5 @@
-"""Example inputs given by name (``inputs/keywords.py``): a dict, as a tokenizer returns one.
+"""Example inputs given by name (``inputs/keywords.py``): a dict, as a tokenizer returns one, or
+a tuple holding None where forward's default is None.
 
 The model takes the dict's tensors by position in its order and passes them on by keyword; the
 package's inputs are named after its keys; entries left out keep forward's defaults. Checked
@@ -100,10 +101,14 @@ def get_example_inputs(batch=4):
 
 def get_bad_inputs():
     return {"x": torch.randn(4, 16), "weight": torch.randn(16)}
+
+
+def get_inputs_with_none(batch=4):
+    return (torch.randn(batch, 16), None, torch.randn(batch, 16))
 """
 
 
-def test_a_model_file_gives_a_dict(tmp_path):
+def test_a_model_file_gives_a_dict_or_a_tuple_with_none(tmp_path):
     path = tmp_path / "scored.py"
     path.write_text(textwrap.dedent(MODEL_FILE))
     model, inputs = load_model_file(path)
@@ -112,6 +117,9 @@ def test_a_model_file_gives_a_dict(tmp_path):
     assert [t.shape for t in batch_inputs_function(path)(2)] == [(2, 16), (2, 16)]
     with pytest.raises(ModelFileError, match=r"get_bad_inputs\(\) names the input 'weight'"):
         load_model_file(path, inputs_fn="get_bad_inputs")
+    model, inputs = load_model_file(path, inputs_fn="get_inputs_with_none")
+    assert torch.equal(model(*inputs), model.proj(inputs[0]) + inputs[1])  # (x, bias): mask left out
+    assert [t.shape for t in batch_inputs_function(path, "get_inputs_with_none")(2)] == [(2, 16), (2, 16)]
 
 
 def test_bert_takes_a_tokenizers_dict(tmp_path):
@@ -170,3 +178,19 @@ def test_a_dynamic_batch_by_name(tmp_path):
     with torch.no_grad():
         want = Scored.forward(_model(), x=x, bias=bias)
     assert got.shape == want.shape and relative_error(got, want) <= 1e-5
+
+
+def test_a_tuple_with_none_is_named_by_position(tmp_path):
+    """``(x, None, bias)``: each input named after forward's parameter at its position, the None
+    (forward's default) left out; the package takes (x, bias). A None whose default is not None
+    (``scale``) is refused by name."""
+    g = torch.Generator().manual_seed(5)
+    x, bias = torch.randn(4, 16, generator=g), torch.randn(4, 16, generator=g)
+    result = build_package(_model(), (x, None, bias), arch=["sm_90"], out=tmp_path, cache=False)
+    assert [i.name for i in result.manifest.specializations[0].inputs] == ["x", "bias"]
+    got = interpret.run_variant(result, 0, [x * 2, bias])
+    with torch.no_grad():
+        want = Scored.forward(_model(), x * 2, None, bias)
+    assert relative_error(got, want) <= 1e-5
+    with pytest.raises(UsageError, match=r"\['scale'\] is None"):
+        keywords.by_position(_model(), (x, None, bias, None), "example_inputs")

@@ -6,8 +6,9 @@ passes them on to the model's own ``forward`` by keyword. It is the same object,
 and buffers under the same names (``--weights external`` and ``load(weights=...)`` take the
 model's own ``state_dict()``). The package's inputs are named after the keys and take them as
 keywords too. An entry whose value is None is left out where ``forward``'s parameter defaults
-to None (the same call); ``values`` and ``positional`` do the same for the dicts of
-``get_example_inputs(batch=N)`` and ``make_inputs(batch)``.
+to None (the same call); ``by_position`` names a tuple's inputs after forward's parameters where
+some are None. ``values`` and ``positional`` do the same for ``get_example_inputs(batch=N)`` and
+``make_inputs(batch)``.
 """
 
 from __future__ import annotations
@@ -66,6 +67,22 @@ def by_name(model: torch.nn.Module, example: dict, origin: str,
     return model, tensors
 
 
+def by_position(model: torch.nn.Module, example: tuple | list, origin: str,
+                error: type = UsageError) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """``by_name`` for positional example inputs some of which are None (``(input_ids, None, mask)``):
+    each named after forward's parameter at its position, the None ones left out where that is
+    their default."""
+    try:
+        parameters = [p for p in inspect.signature(type(model).forward).parameters.values() if p.name != "self"]
+    except (TypeError, ValueError):
+        parameters = []
+    named = [p.name for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD]
+    if len(named) < len(example):
+        raise error(f"{origin} has None among {len(example)} inputs, and forward takes {len(named)} by name",
+                    fix="give a dict of tensors keyed by forward's parameter names")
+    return by_name(model, dict(zip(named, example)), origin, error)
+
+
 def positional(make: Callable | None) -> Callable | None:
     """``make(batch)`` (the example inputs at a batch size) giving a dict's tensors as ``values`` does."""
     if make is None:
@@ -73,7 +90,9 @@ def positional(make: Callable | None) -> Callable | None:
 
     def made(batch: int):
         inputs = make(batch)
-        return values(inputs, f"make_inputs({batch})") if isinstance(inputs, dict) else inputs
+        if isinstance(inputs, dict):
+            return values(inputs, f"make_inputs({batch})")
+        return tuple(t for t in inputs if t is not None) if isinstance(inputs, (tuple, list)) else inputs
     return made
 
 
