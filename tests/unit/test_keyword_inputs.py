@@ -77,6 +77,13 @@ def test_bad_dicts_are_refused_by_name(example, message):
         keywords.by_name(_model(), example, "example_inputs")
 
 
+def test_a_model_with_its_own_forward_is_refused():
+    model = _model()
+    model.forward = model.forward  # an instance attribute: the class's forward would never run
+    with pytest.raises(UsageError, match="cannot take them so"):
+        keywords.by_name(model, _inputs(0), "example_inputs")
+
+
 MODEL_FILE = """
 import torch
 from torch import nn

@@ -48,8 +48,9 @@ def by_name(model: torch.nn.Module, example: dict, origin: str,
     cls = type(model)
     try:
         parameters = inspect.signature(cls.forward).parameters
-    except (TypeError, ValueError):
-        parameters = {}
+    except (TypeError, ValueError, AttributeError):  # TorchScript's forward
+        raise error(f"{origin} gives the inputs by name, and {cls.__name__}.forward's parameters cannot be read",
+                    fix="give the example inputs as a tuple, in forward's order") from None
     takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
     shown = f"forward({', '.join(n for n in parameters if n != 'self')})"
     for key, value in example.items():
@@ -63,7 +64,13 @@ def by_name(model: torch.nn.Module, example: dict, origin: str,
         if value is None and (p is None or p.default is not None):
             raise error(f"{origin}[{key!r}] is None, which is not {cls.__name__}.forward's default for it",
                         fix=f"leave {key!r} out, or give a tensor")
-    model.__class__ = _taking(cls, names)
+    try:
+        if "forward" in vars(model):  # an instance's own forward would hide the class's
+            raise TypeError("the model has a forward of its own")
+        model.__class__ = _taking(cls, names)
+    except TypeError as exc:  # a class whose instances cannot change class (slots, TorchScript)
+        raise error(f"{origin} gives the inputs by name, and the {cls.__name__} model cannot take them so ({exc})",
+                    fix="give the example inputs as a tuple, in forward's order") from None
     return model, tensors
 
 
@@ -74,7 +81,7 @@ def by_position(model: torch.nn.Module, example: tuple | list, origin: str,
     their default."""
     try:
         parameters = [p for p in inspect.signature(type(model).forward).parameters.values() if p.name != "self"]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, AttributeError):  # TorchScript's forward
         parameters = []
     named = [p.name for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD]
     if len(named) < len(example):
