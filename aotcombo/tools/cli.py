@@ -63,7 +63,8 @@ def _parser() -> argparse.ArgumentParser:
         help="build wheels from a model file",
         description="Build installable wheels (see C extensions below) from MODEL_FILE, a Python file "
         "defining get_model() "
-        "(an nn.Module on the CPU) and get_example_inputs() (a tuple of CPU tensors). The package "
+        "(an nn.Module on the CPU) and get_example_inputs() (a tuple of CPU tensors, or a dict of them "
+        "keyed by forward's parameter names, as a tokenizer gives them). The package "
         "runs the model for exactly those input shapes, dtypes and strides, for several batch sizes "
         "(--batch), or for ranges of sizes on named axes (--dynamic).",
         epilog=CACHE_HELP + "\n" + NATIVE_HELP + "\n" + EPILOG,
