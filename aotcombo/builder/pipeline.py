@@ -32,7 +32,7 @@ from .compile.jobs import Jobs, label
 from .compile.scheduler import Scheduler, default_jobs
 from .inputs import shapes as shapes_mod
 from .inputs.environment import check_environment
-from .inputs.keywords import by_name, by_position, positional
+from .inputs.keywords import bind, positional
 from .inputs.modelfile import on_meta
 from .inputs.options import BuildOptions
 from .inputs.signature import input_names
@@ -263,12 +263,8 @@ def build_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]
     options = options or BuildOptions.checked(**keywords)
     reporter = reporter or Reporter(quiet=True)
     with tempfile.TemporaryDirectory(prefix="aotcombo-build-") as scratch:
-        if isinstance(example_inputs, dict):  # by name, as a tokenizer gives them
-            model, example_inputs = by_name(model, example_inputs, "example_inputs")
-            make_inputs = positional(make_inputs)
-        elif isinstance(example_inputs, (tuple, list)) and any(t is None for t in example_inputs):
-            model, example_inputs = by_position(model, example_inputs, "example_inputs")
-            make_inputs = positional(make_inputs)
+        model, example_inputs = bind(model, example_inputs, "example_inputs")  # a dict by name, None left out
+        make_inputs = positional(make_inputs)
         build = Build(model, _tensors(example_inputs), options, reporter, model_file, make_inputs, Path(scratch),
                       dynamic_axes=dynamic_axes, tp_plan=tp_plan)
         try:

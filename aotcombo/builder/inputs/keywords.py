@@ -7,8 +7,8 @@ and buffers under the same names (``--weights external`` and ``load(weights=...)
 model's own ``state_dict()``). The package's inputs are named after the keys and take them as
 keywords too. An entry whose value is None is left out where ``forward``'s parameter defaults
 to None (the same call); ``by_position`` names a tuple's inputs after forward's parameters where
-some are None. ``values`` and ``positional`` do the same for ``get_example_inputs(batch=N)`` and
-``make_inputs(batch)``.
+some are None (``bind`` picks). ``tensors_of`` and ``positional`` take the same tensors from
+``get_example_inputs(batch=N)`` and ``make_inputs(batch)``.
 """
 
 from __future__ import annotations
@@ -90,17 +90,29 @@ def by_position(model: torch.nn.Module, example: tuple | list, origin: str,
     return by_name(model, dict(zip(named, example)), origin, error)
 
 
-def positional(make: Callable | None) -> Callable | None:
-    """``make(batch)`` (the example inputs at a batch size) giving a dict's tensors as ``values`` does."""
-    if make is None:
-        return None
+def bind(model: torch.nn.Module, example, origin: str, error: type = UsageError):
+    """``(model, example)`` as the build takes them: a dict by name (``by_name``), a tuple holding
+    None by position (``by_position``), anything else as it is."""
+    if isinstance(example, dict):
+        return by_name(model, example, origin, error)
+    if isinstance(example, (tuple, list)) and any(t is None for t in example):
+        return by_position(model, example, origin, error)
+    return model, example
 
-    def made(batch: int):
-        inputs = make(batch)
-        if isinstance(inputs, dict):
-            return values(inputs, f"make_inputs({batch})")
-        return tuple(t for t in inputs if t is not None) if isinstance(inputs, (tuple, list)) else inputs
-    return made
+
+def tensors_of(example, origin: str, error: type = UsageError):
+    """The tensors of the example inputs at another size, as ``bind`` took the first ones: a
+    dict's (``values``), a tuple's but the None ones; anything else as it is."""
+    if isinstance(example, dict):
+        return values(example, origin, error)
+    if isinstance(example, (tuple, list)):
+        return tuple(t for t in example if t is not None)
+    return example
+
+
+def positional(make: Callable | None) -> Callable | None:
+    """``make(batch)`` (the example inputs at a batch size) giving its tensors as ``tensors_of`` does."""
+    return None if make is None else lambda batch: tensors_of(make(batch), f"make_inputs({batch})")
 
 
 def _taking(cls: type, names: tuple[str, ...]) -> type:

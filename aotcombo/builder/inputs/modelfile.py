@@ -64,12 +64,8 @@ def load_model_file(
         model = _call(make_model, model_fn, path, shown)
         if not isinstance(model, nn.Module):
             _not_a_module(model, model_fn, shown)
-        inputs = _call(make_inputs, inputs_fn, path, shown)
-        origin = f"model file {shown}: {inputs_fn}()"
-        if isinstance(inputs, dict):  # by name, as a tokenizer gives them
-            model, inputs = keywords.by_name(model, inputs, origin, ModelFileError)
-        elif isinstance(inputs, (tuple, list)) and any(t is None for t in inputs):  # (input_ids, None, mask)
-            model, inputs = keywords.by_position(model, inputs, origin, ModelFileError)
+        inputs = _call(make_inputs, inputs_fn, path, shown)  # by name (a dict) or with None: keywords.bind
+        model, inputs = keywords.bind(model, inputs, f"model file {shown}: {inputs_fn}()", ModelFileError)
         inputs = _normalize_inputs(inputs, inputs_fn, shown)
 
     _check_on_cpu(model, inputs, model_fn, inputs_fn, shown)
@@ -280,10 +276,7 @@ def _not_a_module(obj, name: str, shown: str):
 def _normalize_inputs(value, name: str, shown: str) -> tuple[torch.Tensor, ...]:
     if isinstance(value, torch.Tensor):
         return (value,)
-    if isinstance(value, dict):
-        return keywords.values(value, f"model file {shown}: {name}()", ModelFileError)
-    if isinstance(value, (tuple, list)):  # the None ones left out, as load_model_file leaves them
-        value = [t for t in value if t is not None]
+    value = keywords.tensors_of(value, f"model file {shown}: {name}()", ModelFileError)
     if not isinstance(value, (tuple, list)):
         raise ModelFileError(
             f"model file {shown}: {name}() must return a tuple of tensors, "
