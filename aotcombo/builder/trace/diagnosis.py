@@ -12,6 +12,7 @@ import torch
 from ...errors import UnsupportedModelError
 from ..inputs.signature import misplaced_input
 from ..inputs.usercode import library_where, where
+from .axis_errors import axis_failure
 
 def loose_tensors(module: torch.nn.Module) -> list[str]:
     """Tensor attributes that are neither parameters nor buffers (export lifts them as constants)."""
@@ -152,37 +153,3 @@ def export_failure(module: torch.nn.Module, exc: BaseException, inputs: int = 0)
         + (f"; the model holds tensors that are not registered buffers ({', '.join(loose[:5])}): if "
            "forward updates one, register it with self.register_buffer" if loose else ""),
     )
-
-
-_NOT_ALL = re.compile(r"Not all values of (\w+) = .*? in the specified range (.*?) satisfy the generated guard (.*)")
-_SOURCE = re.compile(r"L\['(\w+)'\](?:\[(\d+)\])*\.size\(\)\[(\d+)\]")
-_RANGE_FIX = re.compile(r"^\s*(\w+) = Dim\('\w+'(?:, min=(\d+))?(?:, max=(\d+))?\)", re.M)
-_FIXED = re.compile(r"^\s*(\w+) = (\d+)\s*$", re.M)
-
-
-def axis_failure(exc: BaseException) -> UnsupportedModelError | None:
-    """The build error for dynamic axes the model does not allow (export's "Constraints
-    violated"): which axis, the range asked and the model's own bound, and the ``--dynamic``
-    that builds; None for any other failure."""
-    text = str(exc)
-    if "Constraints violated" not in text:
-        return None
-    why = [f"{axis} in {asked} (the model needs {_SOURCE.sub(_dim_name, guard)})"
-           for axis, asked, guard in _NOT_ALL.findall(text)]
-    if not why:  # axes found equal, or another form: export's own lines say how
-        why = [line.strip() for line in text.splitlines()[1:] if line.strip().startswith("- ")][:4]
-    fixes = [f"{axis}={low or 1}:{high}" if high else f"{axis}={low}:MAX" for axis, low, high in
-             _RANGE_FIX.findall(text)]
-    fixed = [f"{axis} (fixed at {size} by the model)" for axis, size in _FIXED.findall(text)]
-    advice = []
-    if fixes:
-        advice.append(f"build with --dynamic {','.join(fixes)} (the other axes as they are)")
-    if fixed:
-        advice.append(f"leave {', '.join(fixed)} out of --dynamic")
-    return UnsupportedModelError(
-        "the model does not allow every size in the --dynamic ranges: " + "; ".join(why or [text.splitlines()[0]]),
-        fix="; ".join(advice) or "narrow the --dynamic ranges to sizes the model takes")
-
-
-def _dim_name(match: re.Match) -> str:
-    return f"{match.group(1)} dim {match.group(3)}"

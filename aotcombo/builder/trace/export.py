@@ -14,6 +14,7 @@ import torch
 
 from ...errors import UnsupportedModelError
 from ...runtime.manifest import Dynamic
+from . import axis_errors
 
 def _fake_cuda_module(module: torch.nn.Module, fake_mode) -> tuple[torch.nn.Module, list]:
     """A copy of ``module`` whose parameters and buffers are fake CUDA tensors, and the
@@ -163,25 +164,50 @@ def export_on_fake_gpu(module, example_inputs, fake_mode, arch, dynamic: Dynamic
     fake_module, aliases = _fake_cuda_module(module, fake_mode)
     with fake_mode:
         fake_inputs = tuple(_fake_like(t) for t in example_inputs)
-        dynamic_shapes = None
-        if dynamic is not None:  # by tensor, whatever forward's signature (*args included)
-            by_input: dict[int, dict] = {}
-            for axis in dynamic.axes:
-                dim = torch.export.Dim(axis.name, min=axis.min, max=axis.max)
-                for i, d in axis.dims:
-                    by_input.setdefault(i, {})[d] = dim
-            shapes = torch.export.ShapesCollection()
-            for i, dims in by_input.items():
-                shapes[fake_inputs[i]] = dims
-            dynamic_shapes = shapes.dynamic_shapes(fake_module, fake_inputs)
+        dynamic_shapes = _dynamic_shapes(fake_module, fake_inputs, dynamic)
         changed = _watch_python_state(fake_module)
         _bind_aliases(fake_module, aliases)
         attention = mock.patch.object(torch.nn.functional, "scaled_dot_product_attention", _attention_for(arch))
+        axes_failed = None  # ranges the model does not allow: said outside the fake mode (below)
         with torch.no_grad(), attention:
-            ep = torch.export.export(fake_module, fake_inputs, dynamic_shapes=dynamic_shapes, strict=False)
+            try:
+                ep = torch.export.export(fake_module, fake_inputs, dynamic_shapes=dynamic_shapes, strict=False)
+            except Exception as exc:
+                if dynamic is None or not axis_errors.violated(exc):
+                    raise
+                axes_failed = exc
+    if axes_failed is not None:
+        raise _axis_failure(axes_failed, module, example_inputs, dynamic) from axes_failed
     if changed:
         raise changed[0]
     return ep
+
+
+def _axis_failure(exc: BaseException, module: torch.nn.Module, example_inputs, dynamic: Dynamic):
+    """The build error for ranges the model does not allow, with the model's line that needs
+    what they break: found by tracing again with ``torch.export.draft_export``, on the CPU (it
+    runs real tensors beside the fake ones; only on this path)."""
+    dims = axis_errors.Dims()
+    sites = axis_errors.guard_sites(lambda: torch.export.draft_export(
+        module, tuple(example_inputs), dynamic_shapes=_dynamic_shapes(module, example_inputs, dynamic),
+        strict=False), dims)
+    return axis_errors.axis_failure(exc, sites, {axis.name: (axis.min, axis.max) for axis in dynamic.axes}, dims)
+
+
+def _dynamic_shapes(module: torch.nn.Module, inputs, dynamic: Dynamic | None):
+    """``dynamic``'s axes as export's dynamic shapes of ``inputs``: by tensor, whatever forward's
+    signature (``*args`` included)."""
+    if dynamic is None:
+        return None
+    by_input: dict[int, dict] = {}
+    for axis in dynamic.axes:
+        dim = torch.export.Dim(axis.name, min=axis.min, max=axis.max)
+        for i, d in axis.dims:
+            by_input.setdefault(i, {})[d] = dim
+    shapes = torch.export.ShapesCollection()
+    for i, dims in by_input.items():
+        shapes[inputs[i]] = dims
+    return shapes.dynamic_shapes(module, tuple(inputs))
 
 
 def _watch_python_state(module: torch.nn.Module) -> list:
