@@ -63,6 +63,11 @@ class ModelFileError(BuildError):
     title = "model file"
 
 
+# The fix for a kernel that cannot follow a dynamic size at run time
+BUCKETS_INSTEAD = ("build that axis with buckets instead of --dynamic (--batch SIZES for the batch, "
+                   "--buckets AXIS=SIZES for another)")
+
+
 class UnsupportedModelError(BuildError):
     exit_code = 4
     title = "unsupported model"

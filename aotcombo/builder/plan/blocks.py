@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ...errors import UnsupportedModelError
+from ...errors import BUCKETS_INSTEAD, UnsupportedModelError
 from ..graph import Kernel
 from ..kernels.common import cdiv, next_power_of_2
 from ..trace.kernel_text import fixed_blocks, masks_row_by_length
@@ -100,8 +100,8 @@ def choose(kernel: Kernel) -> Blocks:
         # block sizes follow Inductor's apply_rsplit_size.
         if kernel.dynamic_numels:
             raise UnsupportedModelError(
-                f"kernel {kernel.name} is a mixed-order reduction over the dynamic batch; aotcombo sizes its "
-                "split at build time", fix="build with --batch buckets instead of --dynamic")
+                f"kernel {kernel.name} is a mixed-order reduction over a dynamic axis; aotcombo sizes its "
+                "split at build time", fix=BUCKETS_INSTEAD)
         rsplit = kernel.rsplit_size
         sizes["RSPLIT_SIZE"] = rsplit
         if "XBLOCK" in params:
@@ -116,9 +116,9 @@ def choose(kernel: Kernel) -> Blocks:
             block = fixed.get(f"{r.upper()}BLOCK", 0)
             if block < numel[r] or not masks_row_by_length(kernel.source, r):
                 raise UnsupportedModelError(
-                    f"kernel {kernel.name} reduces over the dynamic batch in one block per row, sized for at "
+                    f"kernel {kernel.name} reduces over a dynamic axis in one block per row, sized for at "
                     f"most {block} of its up to {numel[r]} elements",
-                    fix="build with --batch buckets instead of --dynamic")
+                    fix=BUCKETS_INSTEAD)
         rblock = fixed.get("R0_BLOCK", next_power_of_2(r0)) * fixed.get("R1_BLOCK", 1)
         if "XBLOCK" in params:
             one_row = rblock == PERSISTENT_ROW_A_PROGRAM and "YBLOCK" not in params
@@ -172,6 +172,6 @@ def _split_scan_axes(kernel: Kernel, block: dict, x: int, r0: int) -> tuple[int,
     if kernel.dynamic_numels or block.get("XBLOCK", 1) != 1 or rblock < MIN_SPLIT_SCAN_BLOCK:
         raise UnsupportedModelError(
             f"kernel {kernel.name} is a split scan aotcombo cannot size (rows {x}, {r0} elements each"
-            f"{', over the dynamic batch' if kernel.dynamic_numels else ''})",
-            fix="build with --batch buckets instead of --dynamic, or report it with the model")
+            f"{', over a dynamic axis' if kernel.dynamic_numels else ''})",
+            fix=BUCKETS_INSTEAD + ", or report it with the model")
     return cdiv(r0, rblock), x, 1

@@ -9,7 +9,7 @@ from typing import Any
 import sympy
 import torch
 
-from ...errors import UnsupportedModelError
+from ...errors import BUCKETS_INSTEAD, UnsupportedModelError
 from .. import graph as g
 from ..graph import ATTENTION, COLLECTIVES
 from .capture import is_int_expr, launch_marker
@@ -97,7 +97,7 @@ def _scalar(node) -> g.Scalar | None:
             name = getattr(node.target, '__name__', node.target)
             raise UnsupportedModelError(f"the compiled program computes a size with {name}, which aotcombo cannot "
                                         "package",
-                                        fix="build with --batch buckets instead of --dynamic")
+                                        fix=BUCKETS_INSTEAD)
         return None
     args = node.args[0] if fn == "sum" else node.args
     return g.Scalar(node.name, fn, tuple(_to_plain(a) for a in args))
