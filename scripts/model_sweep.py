@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/model_sweep.py [CASE ...] [--out sweep.jsonl]
     .venv/bin/python scripts/model_sweep.py [CASE ...] --wheels .carry/sweep --no-interpret   (for the GPU)
+    .venv/bin/python scripts/model_sweep.py --dynamic [CASE ...]   (token cases: a dynamic batch and length)
 
 Each case is a small config of a real model (transformers, timm, torchvision) or a construct
 (RNNs, attention modules, FFT, weight norm, ...) with random weights and inputs. It is built
@@ -14,7 +15,11 @@ reductions (MaxViT) and transformers' use_cache default (Phi-3, Mixtral: an erro
 the 2026-12-03 sweep (25 more: encoders, speech, LLMs, MoE, timm and torchvision vision models) found no
 wrong result, only an error to improve (a mask passed by position into GPT-Neo's cache); the 2026-12-05 sweep
 (34 small configs, 7 of them new here: XLM-R, GPT-Neo, CodeGen, Qwen3-MoE, DeiT, AST, CLIP's text model) found
-no wrong result and no failure but the use_cache default, whose error names the fix; the cases that earned a
+no wrong result and no failure but the use_cache default, whose error names the fix; the 2026-12-05 sweep with --dynamic (the 33 token cases of one or two inputs, each
+built once for a batch of 1-4 and a length of 1-32, checked at 8 sizes with padded masks) found no
+wrong result; three models do not allow every length in one trace (MobileBERT takes a length of 2
+apart, Funnel and Mamba loop over the length in Python), whose error now names the model's line and
+the range that builds (trace/axis_errors.py). The cases that earned a
 place are now zoo models (sample_models/zoo/), checked on the GPU. No GPU needed; a few
 minutes per large vision model (the interpreter is slow).
 """
@@ -302,6 +307,72 @@ def output_errors(got, ref) -> list[float]:
             if isinstance(r, torch.Tensor) and r.is_floating_point()]
 
 
+DYNAMIC = {"batch": (1, 4), "seq": (1, 32)}  # --dynamic: the ranges of token cases' axes
+# (batch, seq): the range ends, primes, off-by-one lengths and the example's own (2, 16)
+DYNAMIC_SIZES = ((1, 1), (4, 32), (2, 16), (3, 7), (1, 31), (2, 17), (4, 2), (3, 29))
+
+
+def token_case(inputs) -> bool:
+    """Inputs of token ids and a mask (``tokens()``): a batch and a sequence axis a user varies
+    (not a seq2seq model's decoder ids, a sequence axis of their own)."""
+    return len(inputs) <= 2 and all(t.dtype == torch.int64 and t.dim() == 2 for t in inputs)
+
+
+def padded_tokens(inputs, batch: int, seq: int, seed: int):
+    """Fresh ids (and mask) of ``inputs``' kind at ``batch`` x ``seq``, each row but the first
+    padded after a length of its own, as a tokenizer pads a batch."""
+    g = torch.Generator().manual_seed(seed)
+    vocab = int(inputs[0].max()) + 1
+    ids = torch.randint(0, vocab, (batch, seq), generator=g)
+    if len(inputs) == 1:
+        return (ids,)
+    mask = torch.ones(batch, seq, dtype=torch.int64)
+    for b in range(1, batch):
+        mask[b, int(torch.randint(1, seq + 1, (1,), generator=g)):] = 0
+    return ids, mask
+
+
+def _dynamic_axes(model, inputs) -> dict:
+    """Every token input's dims 0 and 1 named batch and seq, keyed by forward's parameter names."""
+    import inspect
+
+    names = list(inspect.signature(model.forward).parameters)[:len(inputs)]
+    return {name: {0: "batch", 1: "seq"} for name in names}
+
+
+def check_dynamic(name: str, out: Path) -> dict:
+    """Build a token case with ``DYNAMIC`` ranges over its batch and sequence axes and compare
+    its interpreted program with eager at ``DYNAMIC_SIZES`` (padded masks): one program for
+    every size (and the few-token one where a call is in it)."""
+    from aotcombo.builder.pipeline import build_package
+    from aotcombo.runtime.manifest import Dynamic
+    from aotcombo.tools import interpret
+
+    make_model, make_inputs = CASES[name]
+    start = time.perf_counter()
+    try:
+        torch.manual_seed(0)
+        model, example = make_model(), make_inputs()
+        if not token_case(example):
+            return {"case": name, "ok": True, "skipped": "not token inputs"}
+        result = build_package(model, example, arch=["sm_90"], name=f"sweep_{name}_dyn", out=out / name,
+                               cache=True, shapes=Dynamic(**DYNAMIC), dynamic_axes=_dynamic_axes(model, example))
+        errors = {}
+        for batch, seq in DYNAMIC_SIZES:
+            inputs = padded_tokens(example, batch, seq, seed=100 * batch + seq)
+            with torch.no_grad():
+                ref = model(*inputs)
+            variants = [0] + [i for i, v in enumerate(result.variants) if v.max_tokens and batch * seq <= v.max_tokens]
+            errors[f"{batch}x{seq}"] = max(max(output_errors(interpret.run_variant(result, v, inputs), ref))
+                                           for v in variants)
+        worst = max(errors.values())
+        return {"case": name, "ok": worst <= 1e-4, "max_error": worst, "errors": errors,
+                "programs": len(result.variants), "seconds": round(time.perf_counter() - start, 1)}
+    except Exception as exc:  # noqa: BLE001 - a sweep records every failure and goes on
+        return {"case": name, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:800],
+                "where": traceback.format_exc().splitlines()[-3:]}
+
+
 def check(name: str, out: Path, interpret_check: bool = True) -> dict:
     """Build one case into ``out / name`` and, with ``interpret_check``, compare its interpreted
     program with eager. ``out / name / expected.pt`` keeps other inputs and eager's outputs for
@@ -347,6 +418,9 @@ def main() -> None:
     parser.add_argument("--wheels", type=Path, metavar="DIR",
                         help="keep each case's wheels in DIR/CASE, with expected.pt (other inputs, eager's outputs) "
                         "for tests/gpu/test_gpu_sweep.py")
+    parser.add_argument("--dynamic", action="store_true",
+                        help="cases of token inputs only: built with a dynamic batch (1-4) and sequence length (1-32), "
+                        "checked at 8 sizes with padded masks")
     parser.add_argument("--no-interpret", action="store_true",
                         help="build only (with --wheels: for the GPU check); no comparison under the interpreter")
     args = parser.parse_args()
@@ -358,7 +432,10 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="aotcombo-sweep-") as tmp:
         for name in args.cases:
-            rows.append(check(name, args.wheels or Path(tmp), interpret_check=not args.no_interpret))
+            if args.dynamic:
+                rows.append(check_dynamic(name, args.wheels or Path(tmp)))
+            else:
+                rows.append(check(name, args.wheels or Path(tmp), interpret_check=not args.no_interpret))
             print(json.dumps(rows[-1]), flush=True)
     if args.out:
         args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
