@@ -91,7 +91,7 @@ def _matmul(node, placeholders: set):
 def _through_row_views(node, k: int) -> tuple:
     """Back from a matmul's input through views that keep rows of ``k``: (the value, the views)."""
     views = []
-    while node.target in _ROW_VIEWS and _val(node.args[0]).shape[-1] == k and len(_users(node)) == 1:
+    while node.target in _ROW_VIEWS and same_shape(_val(node.args[0]).shape[-1:], (k,)) and len(_users(node)) == 1:
         views.append(node)
         node = node.args[0]
     return node, views
@@ -109,7 +109,7 @@ def _rms_norm(node, k: int):
     if node.target is not aten.mul.Tensor or len(node.args) != 2:
         return None
     for weight, scaled in (node.args, node.args[::-1]):
-        if _val(weight) is not None and tuple(_val(weight).shape) == (k,) and isinstance(scaled, torch.fx.Node):
+        if _val(weight) is not None and same_shape(_val(weight).shape, (k,)) and isinstance(scaled, torch.fx.Node):
             break
     else:
         return None
@@ -230,7 +230,7 @@ def _grow_epilogue(graph, roots: dict, matmul, order: dict, m, n: int):
                 # computed before the matmul (so not from it), a whole [m, n] or an [n] row
                 if order[a] >= order[matmul] or not isinstance(e, torch.Tensor) or _dtype_name(
                         e.dtype) not in FLOAT_DTYPES or not (same_shape(e.shape, val.shape)
-                                                            or e.dim() > 0 and e.shape[-1] == n
+                                                            or e.dim() > 0 and same_shape(e.shape[-1:], (n,))
                                                             and statically_known_true(e.numel() == n)):
                     fits = False
             elif not isinstance(a, (torch.fx.Node, int, float)) or isinstance(a, bool):
@@ -299,7 +299,7 @@ def fuse(ep, max_tokens: int | None = None) -> int:
         bias_kind = None
         if bias is not None:
             b = _val(bias)
-            bias_kind = "row" if tuple(b.shape) == (n,) else "full" if same_shape(b.shape, (rows, n)) else None
+            bias_kind = "row" if same_shape(b.shape, (n,)) else "full" if same_shape(b.shape, (rows, n)) else None
             if bias_kind is None:
                 continue
         source, views = _through_row_views(x, k)
