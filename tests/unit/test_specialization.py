@@ -1,14 +1,46 @@
-"""A program for dynamic axes assumes nothing of their sizes that their ranges do not hold: the
-linear rewrite compares sizes without adding guards (a MoE whose example has as many tokens as
-its hidden size once assumed the two equal)."""
+"""A program for dynamic axes assumes nothing of their sizes that their ranges do not hold: a
+guard added after export (a size compared with ``==`` on the example's value) is a build error
+naming it, where it was added and a size it would be wrong at, not a package that is silently
+wrong there. And the linear rewrite compares sizes without adding guards (a MoE whose example
+has as many tokens as its hidden size once assumed the two equal)."""
 
 import pytest
 import torch
+from torch._dynamo.source import ConstantSource
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StrictMinMaxConstraint
+from torch.utils._sympy.value_ranges import ValueRanges
 
 from aotcombo.builder.pipeline import build_package
+from aotcombo.builder.trace import specialization
+from aotcombo.errors import UnsupportedModelError
 from aotcombo.runtime.manifest import Dynamic
 from aotcombo.testing.compare import leaves, relative_error
 from aotcombo.tools import interpret
+
+
+def _tokens(env: ShapeEnv, low: int = 2, high: int = 64, example: int = 32):
+    symbol = env.create_symbol(example, source=ConstantSource("tokens"), dynamic_dim=DimDynamic.DYNAMIC,
+                               constraint_dim=StrictMinMaxConstraint(vr=ValueRanges(low, high), warn_only=False))
+    return env.create_symintnode(symbol, hint=example)
+
+
+def test_guards_the_ranges_imply_pass():
+    env = ShapeEnv()
+    tokens = _tokens(env)
+    since = specialization.baseline(env)
+    assert tokens >= 2 and tokens * 4 <= 256
+    specialization.refuse_new_guards(env, since)
+
+
+def test_a_size_assumed_from_the_example_is_refused():
+    env = ShapeEnv()
+    tokens = _tokens(env)
+    since = specialization.baseline(env)
+    assert tokens == 32  # what a rewrite comparing sizes with == assumes, as a guard
+    with pytest.raises(UnsupportedModelError, match=r"assumed Eq\(s\d+, 32\) at test_specialization\.py:\d+ in "
+                                                    r"test_a_size_assumed_from_the_example_is_refused, which sizes "
+                                                    r"in the --dynamic ranges break \(tokens = 2\)"):
+        specialization.refuse_new_guards(env, since)
 
 
 def test_a_moe_whose_example_has_as_many_tokens_as_features_builds_for_every_size(tmp_path):

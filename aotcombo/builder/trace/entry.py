@@ -26,7 +26,7 @@ from ..kernels.linear import combine as linear_combine, float8_tiles, match as l
 from ..kernels.linear import activation_epilogue, quant_match
 from ..kernels.attention import rope_fold
 from ..kernels.conv import cudnn_epilogue
-from . import decompositions, forked, plain
+from . import decompositions, forked, plain, specialization
 from .attention_inputs import drop_copies_before_attention
 from .attention_masks import make_masks_additive
 from .capture import run_inductor
@@ -78,6 +78,7 @@ def trace_classes(module: torch.nn.Module, example_inputs: tuple, arch: int, cla
         except Exception as exc:  # noqa: BLE001 - every export failure is the model's
             raise export_failure(module, exc, len(example_inputs)) from exc
         reject_data_dependent_shapes(ep)
+        exported = specialization.baseline(specialization.shape_env(ep))  # guards after it: ours, Inductor's
         # Functional ATen: in-place updates of inputs become extra outputs; fallbacks with a
         # plain formulation become ops Inductor writes kernels for (decompositions.py).
         # (Not when counting Inductor's own launches: torch.compile makes those fallbacks.)
@@ -93,7 +94,8 @@ def trace_classes(module: torch.nn.Module, example_inputs: tuple, arch: int, cla
                 ep.graph_module.recompile()
         freeze_more()  # the exported program, which every class reads (and which a child shares)
         compile_class = functools.partial(_compile, module=module, arch=arch,
-                                          inductor_combo_kernels=inductor_combo_kernels, dynamic=dynamic)
+                                          inductor_combo_kernels=inductor_combo_kernels, dynamic=dynamic,
+                                          guards_since=exported)
         if len(classes) == 1 or not forked.available():  # one after the other, the last on ep itself
             return [compile_class(ep if t == classes[-1] else copy.deepcopy(ep), max_tokens=t) for t in classes]
         done, failed = _compile_side_by_side(ep, module, classes, compile_class)
@@ -137,8 +139,11 @@ def _as_plain(compile_class, ep, max_tokens, module) -> dict:
     return plain.entry_of(module, *compile_class(ep, max_tokens=max_tokens))
 
 
-def _compile(ep, module, arch: int, inductor_combo_kernels: bool, dynamic: Dynamic | None, max_tokens: int | None):
-    """The rest of ``trace_model`` for one size class, on its own copy of the exported program."""
+def _compile(ep, module, arch: int, inductor_combo_kernels: bool, dynamic: Dynamic | None, max_tokens: int | None,
+             guards_since: specialization.Baseline | None = None):
+    """The rest of ``trace_model`` for one size class, on its own copy of the exported program;
+    with dynamic axes, refused if it assumed of their sizes what their ranges do not hold (a
+    guard added since the export's, ``guards_since``)."""
     from torch.export.graph_signature import InputKind, OutputKind
 
     if not inductor_combo_kernels:
@@ -176,6 +181,8 @@ def _compile(ep, module, arch: int, inductor_combo_kernels: bool, dynamic: Dynam
     except Exception as exc:  # noqa: BLE001
         raise inductor_failure(exc, arch) from exc
     graph = graph_from_fx(fx_wrapper, kernels, input_meta, arch, dynamic)
+    if dynamic is not None and guards_since is not None:
+        specialization.refuse_new_guards(specialization.shape_env(ep), guards_since)
     refuse_other_libraries_ops(graph, gm)
     placeholder = {s.arg.name: i for i, s in enumerate(signature.input_specs)}
     mutations = tuple(
