@@ -284,3 +284,18 @@ def test_the_recipe_round_trips_through_json():
                                                                            ("t1", "mul", ("t0", "acc_up"))),
         result="t1", dtype="bfloat16", out_dtype="bfloat16")
     assert kernels_linear_recipe.Recipe.from_json(recipe.to_json()) == recipe
+
+
+@pytest.mark.parametrize("shape,stride,rows", [
+    ((8, 64), (64, 1), 64),
+    ((2, 4, 64), (256, 64, 1), 64),
+    (("batch", 1, 192), (192, "192*batch", 1), 192),  # CaiT's class token under a dynamic batch
+    ((2, 1, 192), (192, 384, 1), 192),  # a dim of size 1: its stride is any
+    (("batch", "seq", 32), ("32*seq", 32, 1), 32),
+    ((1, 1, 32), (96, 32, 1), 32),  # one row
+    ((2, 4, 64), (64, 128, 1), None),  # rows not at one stride
+])
+def test_a_fused_linears_rows_are_at_the_stride_of_its_innermost_dim_longer_than_1(shape, stride, rows):
+    from aotcombo.builder.kernels.linear.lowering import row_stride
+
+    assert row_stride(g.TensorSpec(shape, stride, "float32")) == rows

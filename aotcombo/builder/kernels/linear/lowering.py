@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import math
 
+import sympy
+
 from ....runtime.manifest import ITEMSIZE
 from ... import graph as g
 from ...codegen.render import render
@@ -27,13 +29,28 @@ def _aligned(spec: g.TensorSpec) -> bool:
     return spec.storage_offset * ITEMSIZE[spec.dtype] % 16 == 0
 
 
+def row_stride(x: g.TensorSpec) -> int | str | None:
+    """The stride between ``x``'s rows (its dims but the last, flattened): that of the innermost of
+    them longer than 1 (a dim of size 1 has any stride: Inductor may lay a [batch, 1, k] view out
+    as (k, batch * k, 1)), None where they are not at one stride; ``k`` for a single row."""
+    def expr(value):  # an int, an expression of the axes' names, or a Ref to a Scalar
+        return sympy.Symbol(value.name) if isinstance(value, g.Ref) else sympy.sympify(value)
+
+    dims = [(size, stride) for size, stride in zip(x.shape[:-1], x.stride[:-1]) if size != 1]
+    for (_, outer), (size, inner) in zip(dims, dims[1:]):
+        if sympy.simplify(expr(outer) - expr(inner) * expr(size)) != 0:
+            return None
+    return dims[-1][1] if dims else x.shape[-1]
+
+
 def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[g.Kernel, tuple]:
     """The kernel of one ``aotcombo::fused_linear`` call (``tiles``, or ``config``), and its args."""
     x, weight, operands, text = op.args
     r = Recipe.from_json(text)
     spec = {name: specs[name] for name in [x.name, weight.name, *(o.name for o in operands), op.out]}
     out = spec[op.out]
-    if r.dynamic_rows and not isinstance(spec[x.name].stride[-2], int):
+    rows = row_stride(spec[x.name])
+    if rows is None or r.dynamic_rows and not isinstance(rows, int):
         raise ValueError(f"{x.name}: a fused linear's rows must be at a fixed stride, not {spec[x.name]}")
     if tuple(out.stride)[-2:] != (r.n, 1) or not r.dynamic_rows and len(out.stride) != 2:
         raise ValueError(f"{op.out}: a fused linear's output must be a whole [{r.m}, {r.n}] matrix, not {out}")
@@ -95,7 +112,7 @@ def kernel_for(op: g.Extern, specs: dict, config: Tiles | None = None) -> tuple[
                + f"; tiles {t.block_m}x{t.block_n}x{t.block_k}" + (" gemv" if t.gemv else ""))
     context = dict(
         params=params, summary=summary, tiles_n=cdiv(r.n, t.block_n), m="m_size" if r.dynamic_rows else r.m,
-        n=r.n, k=r.k, x_stride=spec[x.name].stride[-2:],
+        n=r.n, k=r.k, x_stride=(rows, spec[x.name].stride[-1]),
         w_stride=(w_stride[1], w_stride[0]) if r.weight_layout == "nk" else tuple(w_stride),
         norm=norm, operand_type=TRITON_DTYPE[r.dtype], epilogue=lines, result=r.result,
         out_type=TRITON_DTYPE[r.out_dtype],
