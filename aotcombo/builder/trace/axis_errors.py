@@ -46,12 +46,11 @@ class Dims:
         self.names: dict[sympy.Symbol, str] = {}
 
     def symbol(self, source: str) -> sympy.Symbol:
-        m = _SOURCE.fullmatch(source.strip())
-        key = m.group(0) if m else source.strip()
+        key = source.strip()
         if key not in self.symbols:
             symbol = sympy.Symbol(f"d{len(self.symbols)}", integer=True)
             self.symbols[key] = symbol
-            self.names[symbol] = f"{m.group(1)}{m.group(2)} dim {m.group(3)}" if m else key
+            self.names[symbol] = dim_name(key)
         return self.symbols[key]
 
     def name_axis(self, source: str, axis: str) -> None:
@@ -165,7 +164,7 @@ def axis_failure(exc: BaseException, sites: list[Site] = (), ranges: dict | None
         low, high = ranges.get(axis, (None, None))
         span = f"{low}..{high}" if low is not None else asked
         if None in relations:
-            why.append(f"{axis} in {span} (the model needs {_SOURCE.sub(_dim_name, guard)})")
+            why.append(f"{axis} in {span} (the model needs {dim_name(guard)})")
             continue
         at = next((w for w in (_site_of(r, sites) for r in relations) if w), "")
         why.append(f"{axis} in {span}: the model needs {' and '.join(dims.said(r) for r in relations)}{at}")
@@ -206,5 +205,6 @@ def _excluded(dims: Dims, relation) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _dim_name(match: re.Match) -> str:
-    return f"{match.group(1)}{match.group(2)} dim {match.group(3)}"
+def dim_name(source: str) -> str:
+    """``input_ids dim 1`` for export's source of a size, ``L['input_ids'].size()[1]``."""
+    return _SOURCE.sub(lambda m: f"{m.group(1)}{m.group(2)} dim {m.group(3)}", source)

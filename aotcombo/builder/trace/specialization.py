@@ -8,13 +8,13 @@ violated": ``axis_errors``)."""
 from __future__ import annotations
 
 import itertools
-import re
 from dataclasses import dataclass
 
 import sympy
 import torch
 
 from ...errors import BUCKETS_INSTEAD, UnsupportedModelError
+from .axis_errors import dim_name
 
 
 def shape_env(ep):
@@ -83,8 +83,6 @@ def _where(sloc) -> str:
 
 
 def _name(env, symbol) -> str:
-    """``input_ids dim 1`` for a size symbol (export's source ``L['input_ids'].size()[1]``)."""
+    """``input_ids dim 1`` for a size symbol, else the symbol."""
     sources = env.var_to_sources.get(symbol) or []
-    name = sources[0].name if sources else str(symbol)
-    m = re.fullmatch(r"L\['(\w+)'\]((?:\[\d+\])*)\.size\(\)\[(\d+)\]", name)
-    return f"{m.group(1)}{m.group(2)} dim {m.group(3)}" if m else name
+    return dim_name(sources[0].name) if sources else str(symbol)
