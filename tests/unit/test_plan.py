@@ -254,7 +254,8 @@ def test_a_persistent_reduction_over_the_dynamic_batch_needs_a_block_for_its_top
     assert blocks.choose(_dynamic_row_reduction(32)).axes == (1, 1, 1)
     with pytest.raises(UnsupportedModelError, match="sized for at most 16 of its up to 32"):
         blocks.choose(_dynamic_row_reduction(16))
-    with pytest.raises(UnsupportedModelError, match="--batch buckets"):
+    with pytest.raises(UnsupportedModelError, match=r"buckets instead of --dynamic \(--batch SIZES for the batch, "
+                                                    r"--buckets AXIS=SIZES for another\)"):
         blocks.choose(_dynamic_row_reduction(32, mask=False))
 
 
