@@ -148,6 +148,11 @@ QUANT_CONVERT = "unit"  # or "perm", "bits", "cvt"
 # ms (H200, 2026-12-05, llm_bench.py, two rounds of packages in turn, default call; the rope fold
 # before it 0.167 / 0.170 -> 0.168 / 0.161, main without the tiles' change 0.172 / 0.162).
 RSTD_AFTER = True
+# Tried, not kept (H100, 2026-12-05, quantized_llm_bench.py, the 1B step, packages in one run, positions 5 / 1000,
+# copy 2999 GB/s): the quantized GEMVs in 2 or 1 warps a program (k over fewer threads, more weights a thread:
+# SASS 5.0 -> 3.9 -> 3.5 instructions a weight at int4's gate/up) are slower, fewer bytes in flight an SM:
+# int8 0.648 / 0.668 ms (4 warps) -> 0.700 / 0.721 (2) -> 0.790 / 0.810 (1), int4 0.507 / 0.525 -> 0.540 / 0.560
+# -> 0.605 / 0.622, against bf16's 1.025 / 1.045 (80 % of copy): int8 0.63x, int4 0.49-0.50x bf16's with 4.
 GEMV_QUANT_WARPS = 4  # a quantized GEMV's
 QUANT_GEMV_TILE_BYTES, QUANT_GEMV_BLOCK_K, QUANT_GEMV_MIN_PROGRAMS = 8192, 2048, 2 * 132
 # float32 products as three tf32 ones (tensor cores): 1.2-1.8e-7 from float64, below the
