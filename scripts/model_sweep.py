@@ -345,12 +345,22 @@ def _dynamic_axes(model, inputs) -> dict:
     return {name: {0: "batch", 1: "seq"} for name in names}
 
 
-def _initialise_zero_weights(model) -> None:
-    """Zero-initialised heads (torchvision's ViT) would make every output zero: random ones."""
+def _made(name: str):
+    """The case's model and example inputs, seeded; zero-initialised heads (torchvision's ViT)
+    would make every output zero: they get random weights."""
+    make_model, make_inputs = CASES[name]
+    torch.manual_seed(0)
+    model, example = make_model(), make_inputs()
     with torch.no_grad():
         for parameter in model.parameters():
             if parameter.dim() >= 2 and not parameter.any():
                 parameter.normal_(0.0, 0.02)
+    return model, example
+
+
+def _failed(name: str, exc: BaseException) -> dict:
+    return {"case": name, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:800],
+            "where": traceback.format_exc().splitlines()[-3:]}
 
 
 def check_dynamic(name: str, out: Path) -> dict:
@@ -362,12 +372,9 @@ def check_dynamic(name: str, out: Path) -> dict:
     from aotcombo.runtime.manifest import Dynamic
     from aotcombo.tools import interpret
 
-    make_model, make_inputs = CASES[name]
     start = time.perf_counter()
     try:
-        torch.manual_seed(0)
-        model, example = make_model(), make_inputs()
-        _initialise_zero_weights(model)
+        model, example = _made(name)
         tokens = token_case(example)
         if not tokens and not all(t.is_floating_point() for t in example):
             return {"case": name, "ok": True, "skipped": "neither token ids nor float inputs"}
@@ -391,8 +398,7 @@ def check_dynamic(name: str, out: Path) -> dict:
         return {"case": name, "ok": worst <= 1e-4, "max_error": worst, "errors": errors,
                 "programs": len(result.variants), "seconds": round(time.perf_counter() - start, 1)}
     except Exception as exc:  # noqa: BLE001 - a sweep records every failure and goes on
-        return {"case": name, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:800],
-                "where": traceback.format_exc().splitlines()[-3:]}
+        return _failed(name, exc)
 
 
 def check(name: str, out: Path, interpret_check: bool = True) -> dict:
@@ -402,12 +408,10 @@ def check(name: str, out: Path, interpret_check: bool = True) -> dict:
     from aotcombo.builder.pipeline import build_package
     from aotcombo.tools import interpret
 
-    make_model, make_inputs = CASES[name]
+    make_inputs = CASES[name][1]
     start = time.perf_counter()
     try:
-        torch.manual_seed(0)
-        model, example = make_model(), make_inputs()
-        _initialise_zero_weights(model)
+        model, example = _made(name)
         result = build_package(model, example, arch=["sm_90"], name=f"sweep_{name}", out=out / name, cache=True)
         inputs = make_inputs()
         with torch.no_grad():
@@ -426,8 +430,7 @@ def check(name: str, out: Path, interpret_check: bool = True) -> dict:
         torch.save({"inputs": list(inputs), "outputs": leaves}, out / name / "expected.pt")
         return {**row, "seconds": round(time.perf_counter() - start, 1)}
     except Exception as exc:  # noqa: BLE001 - a sweep records every failure and goes on
-        return {"case": name, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:800],
-                "where": traceback.format_exc().splitlines()[-3:]}
+        return _failed(name, exc)
 
 
 def main() -> None:

@@ -79,17 +79,27 @@ class Dims:
         except (sympy.SympifyError, SyntaxError, TypeError):
             return None
 
-    def said(self, relation: sympy.Basic) -> str:
-        """``relation`` solved for its one dim where it is linear (``seq != 2``), else as it is."""
+    def solved(self, relation: sympy.Basic) -> tuple[str, str, sympy.Basic] | None:
+        """``relation`` solved for its one dim where it is linear: (its name, the operator, the
+        value), ``("seq", "!=", 2)``; else None."""
         relation = sympy.simplify(relation)
         free = sorted(relation.free_symbols, key=str)
-        if isinstance(relation, sympy.core.relational.Relational) and len(free) == 1:
-            (x,), diff = free, sympy.expand(relation.lhs - relation.rhs)
-            a, b = diff.coeff(x, 1), diff.subs(x, 0)
-            if a != 0 and sympy.expand(diff - a * x - b) == 0:
-                op = relation.rel_op if a > 0 else {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(
-                    relation.rel_op, relation.rel_op)
-                return f"{self.names[x]} {op} {sympy.nsimplify(-b / a)}"
+        if not isinstance(relation, sympy.core.relational.Relational) or len(free) != 1:
+            return None
+        (x,), diff = free, sympy.expand(relation.lhs - relation.rhs)
+        a, b = diff.coeff(x, 1), diff.subs(x, 0)
+        if a == 0 or sympy.expand(diff - a * x - b) != 0:
+            return None
+        op = relation.rel_op if a > 0 else {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(relation.rel_op,
+                                                                                          relation.rel_op)
+        return self.names[x], op, sympy.nsimplify(-b / a)
+
+    def said(self, relation: sympy.Basic) -> str:
+        """``relation`` solved for its one dim where it is linear (``seq != 2``), else as it is."""
+        solved = self.solved(relation)
+        if solved is not None:
+            return " ".join(map(str, solved))
+        relation = sympy.simplify(relation)
         text = str(relation)
         for symbol, name in self.names.items():
             text = re.sub(rf"\b{symbol.name}\b", name, text)
@@ -160,7 +170,7 @@ def axis_failure(exc: BaseException, sites: list[Site] = (), ranges: dict | None
         guard = guard.strip().rstrip(".")
         relations = [dims.parse(part) for part in guard.split(" and ")]  # "2 <= seq and seq <= 128"
         # not export's own lower bound of 2 (it takes sizes 0 and 1 apart; a range from 1 still serves 1)
-        relations = [r for r in relations if r is None or not re.fullmatch(r".+ >= 2", dims.said(r))] or relations
+        relations = [r for r in relations if r is None or (dims.solved(r) or ())[1:] != (">=", 2)] or relations
         low, high = ranges.get(axis, (None, None))
         span = f"{low}..{high}" if low is not None else asked
         if None in relations:
@@ -171,7 +181,8 @@ def axis_failure(exc: BaseException, sites: list[Site] = (), ranges: dict | None
         if len(relations) != 1:
             continue
         relation, = relations
-        excluded = _excluded(dims, relation)
+        solved = dims.solved(relation)
+        excluded = int(solved[2]) if solved and solved[1] == "!=" else None
         if excluded is not None and low is not None and low <= excluded <= high:
             sides = [r for r in ((low, excluded - 1), (excluded + 1, high)) if r[0] <= r[1]]
             if sides:
@@ -196,13 +207,6 @@ def axis_failure(exc: BaseException, sites: list[Site] = (), ranges: dict | None
     return UnsupportedModelError(
         "the model does not allow every size in the --dynamic ranges: " + "; ".join(why or [text.splitlines()[0]]),
         fix="; ".join(advice) or "narrow the --dynamic ranges to sizes the model takes")
-
-
-def _excluded(dims: Dims, relation) -> int | None:
-    """The one size a ``!=`` relation of one dim excludes, else None."""
-    said = dims.said(relation)
-    m = re.fullmatch(r".+ != (-?\d+)", said)
-    return int(m.group(1)) if m else None
 
 
 def dim_name(source: str) -> str:
