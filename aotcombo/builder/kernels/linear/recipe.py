@@ -30,7 +30,9 @@ OP = "aotcombo::fused_linear"
 # (56-88 bytes of stack); stored in 2 or 4 column slices it does not, and a polynomial erfc is no cheaper. Best
 # fused, 16384 rows: 178-186 us against cuBLAS + GELU 196-211 (0.88-0.91x), 4096: 48-51 against 50 (0.95-1.0x),
 # 1576: 25 against 21 (1.19x); bias alone 123-129 against cuBLAS's 117-119. Two programs an SM, a warp-
-# specialized loop: the epilogue still adds its 55-60 us. So cuBLAS keeps the large linears.
+# specialized loop: the epilogue still adds its 55-60 us. So cuBLAS keeps the large linears. H100, 2026-12-05
+# (torch's profiler, BERT-base at 32 x 512): Inductor's GELU kernel after it now takes 68 us a layer, at the
+# copy's bandwidth (a copy of its 201 MB: 70 us): less than the GELU costs inside the fused kernel.
 # Few rows, large weights (benchmarks/skinny_gemm_probe.py, H200, 2026-12-03, CUDA graphs, us; the best of
 # 32 configs: [BLOCK_M, BLOCK_N, BLOCK_K] in {64, 128}^3, K split 1-8 ways, the last program of a tile
 # summing the float32 partials): against cuBLAS, the 1B's q/k/v at 128 rows 7.97 / 6.58, o 7.69 / 6.19,
