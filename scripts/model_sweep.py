@@ -23,10 +23,10 @@ length in Python), whose error now names the model's line and the range that bui
 (trace/axis_errors.py), and a rewrite of ours that assumed the example's token count (Qwen2-MoE:
 linear/match.py, caught since by trace/specialization.py); with a dynamic batch, 40 of the 41 cases of
 float inputs match eager at batches 1, 3 and 4, CaiT after a fix (a fused linear's rows under a
-[batch, 1, k] view: linear/lowering.row_stride), and DETR takes at most 3 (its error says so). The cases
-that earned a
-place are now zoo models (sample_models/zoo/), checked on the GPU. No GPU needed; a few
-minutes per large vision model (the interpreter is slow).
+[batch, 1, k] view: linear/lowering.row_stride), and all 41 since DETR's fix (torch's decomposition of
+nearest upsampling guarded on its pixel mask's channel dim, there the batch: trace/layout_guards.py;
+refused above 3 before). The cases that earned a place are now zoo models (sample_models/zoo/),
+checked on the GPU. No GPU needed; a few minutes per large vision model (the interpreter is slow).
 """
 
 from __future__ import annotations

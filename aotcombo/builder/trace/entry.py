@@ -36,6 +36,7 @@ from .diagnosis import export_failure, inductor_failure, located, quiet_logs
 from .export import export_on_fake_gpu
 from .grouped_heads import read_grouped_heads
 from .heap import freeze_more, frozen_heap
+from .layout_guards import upsample_without_channel_guard
 from .mask_rows import key_masks
 from .passes import literals_on_the_gpu, reject_data_dependent_shapes, scatter_into_whole_buffers, write_state_in_place
 from .to_graph import graph_from_fx, output_structure, real_tensor, refuse_other_libraries_ops
@@ -69,7 +70,7 @@ def trace_classes(module: torch.nn.Module, example_inputs: tuple, arch: int, cla
     ``note(text)``: told when a class had to be traced again in this process."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    with virtual_gpu(arch), quiet_logs(), frozen_heap():
+    with virtual_gpu(arch), quiet_logs(), frozen_heap(), upsample_without_channel_guard():
         fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
         try:
             ep = export_on_fake_gpu(module, example_inputs, fake_mode, arch, dynamic)
