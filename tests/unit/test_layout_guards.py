@@ -1,16 +1,19 @@
 """Nearest upsampling of a tensor whose channel dim is a dynamic axis (DETR's ``mask[None]``: the
 batch) builds for the whole range (``trace/layout_guards.py``: torch's decomposition guarded on
 the channel count to pick a layout), and a static build's program is the same with or without
-the change. Tolerance: relative L2 <= 1e-5 against eager (fp32, under Triton's interpreter)."""
+the change; without it, the error names the model's line. Tolerance: relative L2 <= 1e-5
+against eager (fp32, under Triton's interpreter)."""
 
 from contextlib import nullcontext
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from aotcombo.builder.pipeline import build_package
 from aotcombo.builder.trace import entry
+from aotcombo.errors import UnsupportedModelError
 from aotcombo.runtime.manifest import Dynamic
 from aotcombo.testing.compare import relative_error
 from aotcombo.tools import interpret
@@ -58,3 +61,13 @@ def test_a_static_program_is_the_same_with_or_without_it(tmp_path, monkeypatch):
     monkeypatch.setattr(entry, "upsample_without_channel_guard", nullcontext)
     before = build_package(model, example, arch=["sm_90"], out=tmp_path / "before", cache=False, jobs=1)
     assert now.variants[0].program == before.variants[0].program
+
+
+def test_without_it_the_error_names_the_models_line(tmp_path, monkeypatch):
+    """A guard torch's own code adds on the virtual GPU (draft_export on the CPU never adds it) is
+    found where the export added it: the error names the model's line."""
+    monkeypatch.setattr(entry, "upsample_without_channel_guard", nullcontext)
+    with pytest.raises(UnsupportedModelError, match=r"batch in 1\.\.8: the model needs batch <= 3 at "
+                                                    r"test_layout_guards\.py:\d+ \(`small = F\.interpolate"):
+        build_package(MaskedFeatures().eval(), _inputs(2, 0), arch=["sm_90"], out=tmp_path, cache=False, jobs=1,
+                      shapes=Dynamic(batch=(1, 8)))

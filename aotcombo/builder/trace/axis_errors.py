@@ -3,13 +3,17 @@ what the model's code needs of it, solved for the axis (``seq != 2``, ``seq <= 1
 at 16), the model's line that needs it, and the ``--dynamic`` that builds.
 
 ``torch.export`` says which guard a range violates ("Constraints violated"), not where the
-model's code added it; ``torch.export.draft_export``, run again on the failure path only, records
-every guard with the user stack that added it (``guard_sites``)."""
+model's code added it. Two records of where: each guard the export on the virtual GPU adds, with the
+model's innermost frame then (``recording_guards``: a guard torch's own code adds for CUDA, such as
+a layout heuristic, is only there), and ``torch.export.draft_export``'s, run again on the CPU on the
+failure path only (``guard_sites``)."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
+from unittest import mock
 
 import sympy
 
@@ -55,6 +59,12 @@ class Dims:
 
     def name_axis(self, source: str, axis: str) -> None:
         self.names[self.symbol(source)] = axis
+
+    def one_axis(self, sources: list[str], axis: str) -> None:
+        """The input dims that carry ``axis`` (export's sources): one symbol, named after it."""
+        symbol = self.symbol(sources[0])
+        self.symbols.update({source.strip(): symbol for source in sources})
+        self.names[symbol] = axis
 
     def parse(self, text: str, symbols: dict[str, str] | None = None) -> sympy.Basic | None:
         """``text``, export's guard with sources (``symbols`` None) or draft export's over its own
@@ -106,12 +116,33 @@ class Dims:
         return text
 
 
+@contextlib.contextmanager
+def recording_guards():
+    """While exporting: ``(expr, its symbols' sources, the model's frames)`` of each guard added
+    on the inputs' sizes, in a list yielded."""
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    records, log = [], ShapeEnv._log_guard
+
+    def logged(env, prefix, guard, forcing_spec):
+        log(env, prefix, guard, forcing_spec)
+        sources = {str(v): k for k, v in env.source_to_var.items() if v in guard.free_symbols}
+        if sources:
+            records.append((str(guard), sources, _model_stack(4)))
+
+    with mock.patch.object(ShapeEnv, "_log_guard", logged):
+        yield records
+
+
+def recorded_sites(records: list, dims: Dims) -> list[Site]:
+    """``recording_guards``' records as sites."""
+    return [site for expr, sources, stack in records if (site := _site(dims, expr, sources, stack)) is not None]
+
+
 def guard_sites(draft, dims: Dims) -> list[Site]:
     """The guards ``draft()`` (a ``torch.export.draft_export`` of the model) records as added,
     each with its innermost frame of the model's code (the user's or a library's: not torch's or
     ours); none if it fails too."""
-    from unittest import mock
-
     from torch._logging import structured
 
     try:  # the user stack a guard records: the model's innermost frames, past ours (the virtual GPU's)
@@ -121,17 +152,25 @@ def guard_sites(draft, dims: Dims) -> list[Site]:
         return []
     sites = []
     for failure in report.failures:
-        stack = failure.data.get("user_stack") or []
-        if failure.failure_type.name != "GUARD_ADDED" or not stack:
+        if failure.failure_type.name != "GUARD_ADDED":
             continue
-        relation = dims.parse(failure.data["expr"], failure.data.get("symbol_to_sources", {}))
-        frames = [(f["filename"] if isinstance(f["filename"], str) else report.str_to_filename.get(f["filename"]), f)
-                  for f in stack]
-        theirs = [(file, f) for file, f in frames if file and code_kind(file) != VERSIONED]  # not torch's, ours
-        if relation is not None and theirs:
-            file, frame = theirs[-1]
-            sites.append(Site(relation, f" at {file.rsplit('/', 1)[-1]}:{frame['line']} (`{frame['loc'].strip()}`)"))
+        stack = [dict(f, filename=f["filename"] if isinstance(f["filename"], str)
+                      else report.str_to_filename.get(f["filename"])) for f in failure.data.get("user_stack") or []]
+        site = _site(dims, failure.data["expr"], failure.data.get("symbol_to_sources", {}), stack)
+        if site is not None:
+            sites.append(site)
     return sites
+
+
+def _site(dims: Dims, expr: str, sources: dict, stack: list[dict]) -> Site | None:
+    """A guard's site: its relation over ``dims`` and the innermost frame of the model's code
+    in ``stack`` (the user's or a library's: not torch's or ours); None without either."""
+    relation = dims.parse(expr, sources)
+    theirs = [f for f in stack if f.get("filename") and code_kind(f["filename"]) != VERSIONED]
+    if relation is None or not theirs:
+        return None
+    frame = theirs[-1]
+    return Site(relation, f" at {frame['filename'].rsplit('/', 1)[-1]}:{frame['line']} (`{frame['loc'].strip()}`)")
 
 
 def _model_stack(num_frames: int) -> list[dict]:

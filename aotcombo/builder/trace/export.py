@@ -4,8 +4,10 @@ state it changes."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
+import inspect
 import re
 import types
 from unittest import mock
@@ -169,7 +171,8 @@ def export_on_fake_gpu(module, example_inputs, fake_mode, arch, dynamic: Dynamic
         _bind_aliases(fake_module, aliases)
         attention = mock.patch.object(torch.nn.functional, "scaled_dot_product_attention", _attention_for(arch))
         axes_failed = None  # ranges the model does not allow: said outside the fake mode (below)
-        with torch.no_grad(), attention:
+        recording = axis_errors.recording_guards() if dynamic is not None else contextlib.nullcontext([])
+        with torch.no_grad(), attention, recording as guards:
             try:
                 ep = torch.export.export(fake_module, fake_inputs, dynamic_shapes=dynamic_shapes, strict=False)
             except Exception as exc:
@@ -177,18 +180,25 @@ def export_on_fake_gpu(module, example_inputs, fake_mode, arch, dynamic: Dynamic
                     raise
                 axes_failed = exc
     if axes_failed is not None:
-        raise _axis_failure(axes_failed, module, example_inputs, dynamic) from axes_failed
+        raise _axis_failure(axes_failed, module, example_inputs, dynamic, guards) from axes_failed
     if changed:
         raise changed[0]
     return ep
 
 
-def _axis_failure(exc: BaseException, module: torch.nn.Module, example_inputs, dynamic: Dynamic):
+def _axis_failure(exc: BaseException, module: torch.nn.Module, example_inputs, dynamic: Dynamic, guards: list):
     """The build error for ranges the model does not allow, with the model's line that needs
-    what they break: found by tracing again with ``torch.export.draft_export``, on the CPU (it
-    runs real tensors beside the fake ones; only on this path)."""
+    what they break: where the export on the virtual GPU added its guards (``guards``), and where
+    ``torch.export.draft_export``, tracing again on the CPU (real tensors beside the fake ones;
+    only on this path), adds them."""
     dims = axis_errors.Dims()
-    sites = axis_errors.guard_sites(lambda: torch.export.draft_export(
+    parameters = [p.name for p in inspect.signature(module.forward).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    for axis in dynamic.axes:  # a guard on any input's dim of an axis is one on the axis
+        sources = [f"L['{parameters[i]}'].size()[{d}]" for i, d in axis.dims if i < len(parameters)]
+        if sources:
+            dims.one_axis(sources, axis.name)
+    sites = axis_errors.recorded_sites(guards, dims) + axis_errors.guard_sites(lambda: torch.export.draft_export(
         module, tuple(example_inputs), dynamic_shapes=_dynamic_shapes(module, example_inputs, dynamic),
         strict=False), dims)
     return axis_errors.axis_failure(exc, sites, {axis.name: (axis.min, axis.max) for axis in dynamic.axes}, dims)
