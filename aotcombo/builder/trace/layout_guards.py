@@ -24,7 +24,7 @@ aten = torch.ops.aten
 
 @decompositions.pw_cast_for_opmath
 def _upsample_nearest(input, output_size, scales, exact=False):
-    """torch's ``_upsample_nearest`` (2.11-2.14), the channel count read after the layout."""
+    """torch's ``_upsample_nearest`` (as of 2.14), the channel count read after the layout."""
     spatial = decompositions._compute_upsample_nearest_indices(input, output_size, scales, exact=exact)
     result = aten._unsafe_index(input, [None, None] + spatial)
     if result.ndim in (4, 5):
