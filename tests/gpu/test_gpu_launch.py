@@ -2,7 +2,7 @@
 launched through ``runtime/cuda.py`` (cubin and PTX, global scratch), and a hand-written package
 (a manifest, a program, one kernel, weights) loaded and run op by op and in graph mode, from
 threads and streams and from a thread with no current context. The CPU half, with a stand-in
-driver, is tests/unit/test_runtime.py."""
+driver, is tests/unit/test_runtime_driver.py."""
 
 import hashlib
 import threading
