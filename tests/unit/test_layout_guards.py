@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from aotcombo.builder.pipeline import build_package
-from aotcombo.builder.trace import entry
+from aotcombo.builder.trace import entry, layout_guards
 from aotcombo.errors import UnsupportedModelError
 from aotcombo.runtime.manifest import Dynamic
 from aotcombo.testing.compare import relative_error
@@ -69,5 +69,22 @@ def test_without_it_the_error_names_the_models_line(tmp_path, monkeypatch):
     monkeypatch.setattr(entry, "upsample_without_channel_guard", nullcontext)
     with pytest.raises(UnsupportedModelError, match=r"batch in 1\.\.8: the model needs batch <= 3 at "
                                                     r"test_layout_guards\.py:\d+ \(`small = F\.interpolate"):
+        build_package(MaskedFeatures().eval(), _inputs(2, 0), arch=["sm_90"], out=tmp_path, cache=False, jobs=1,
+                      shapes=Dynamic(batch=(1, 8)))
+
+
+def test_a_guard_added_while_compiling_names_the_models_line(tmp_path, monkeypatch):
+    """The same guard, added only while compiling (the change kept to the export): refused after the
+    compile (``specialization``), naming torch's frame and the model's line of the op compiled."""
+    export = entry.export_on_fake_gpu
+
+    def export_with_it(*args, **kwargs):
+        with layout_guards.upsample_without_channel_guard():
+            return export(*args, **kwargs)
+
+    monkeypatch.setattr(entry, "upsample_without_channel_guard", nullcontext)
+    monkeypatch.setattr(entry, "export_on_fake_gpu", export_with_it)
+    with pytest.raises(UnsupportedModelError, match=r"assumed s\d+ < 4 at decompositions\.py:\d+ in _upsample_nearest, "
+                                                    r"for the model at test_layout_guards\.py:\d+ \(`small = "):
         build_package(MaskedFeatures().eval(), _inputs(2, 0), arch=["sm_90"], out=tmp_path, cache=False, jobs=1,
                       shapes=Dynamic(batch=(1, 8)))

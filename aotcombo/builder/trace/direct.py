@@ -27,6 +27,8 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 from torch.utils import _pytree as pytree
 
+from . import specialization
+
 
 def compile_without_retrace(gm: GraphModule, fake_inputs: list, decompositions: dict | None = None) -> None:
     """Inductor's compile of ``gm`` (functional ATen, fake values on its nodes) for inference;
@@ -197,7 +199,7 @@ def _trace_alone(node: Node, table: dict, fake_mode) -> GraphModule:
         args, kwargs = pytree.tree_unflatten(filled, spec)
         return node.target(*args, **kwargs)
 
-    with fake_mode, torch.fx.traceback.preserve_node_meta():  # original_aten: the op decomposed
+    with fake_mode, torch.fx.traceback.preserve_node_meta(), specialization.tracing(node):  # original_aten: the op
         return make_fx(run, decomposition_table=table, tracing_mode="real")(*(leaves[i].meta["val"] for i in at))
 
 

@@ -11,6 +11,7 @@ rewrites of ``kernels/linear``); Inductor compiles it with its FX wrapper captur
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import math
@@ -70,7 +71,8 @@ def trace_classes(module: torch.nn.Module, example_inputs: tuple, arch: int, cla
     ``note(text)``: told when a class had to be traced again in this process."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    with virtual_gpu(arch), quiet_logs(), frozen_heap(), upsample_without_channel_guard():
+    recording = specialization.recording_lines() if dynamic is not None else contextlib.nullcontext({})
+    with virtual_gpu(arch), quiet_logs(), frozen_heap(), upsample_without_channel_guard(), recording as lines:
         fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
         try:
             ep = export_on_fake_gpu(module, example_inputs, fake_mode, arch, dynamic)
@@ -96,7 +98,7 @@ def trace_classes(module: torch.nn.Module, example_inputs: tuple, arch: int, cla
         freeze_more()  # the exported program, which every class reads (and which a child shares)
         compile_class = functools.partial(_compile, module=module, arch=arch,
                                           inductor_combo_kernels=inductor_combo_kernels, dynamic=dynamic,
-                                          guards_since=exported)
+                                          guards_since=exported, guard_lines=lines)
         if len(classes) == 1 or not forked.available():  # one after the other, the last on ep itself
             return [compile_class(ep if t == classes[-1] else copy.deepcopy(ep), max_tokens=t) for t in classes]
         done, failed = _compile_side_by_side(ep, module, classes, compile_class)
@@ -141,7 +143,7 @@ def _as_plain(compile_class, ep, max_tokens, module) -> dict:
 
 
 def _compile(ep, module, arch: int, inductor_combo_kernels: bool, dynamic: Dynamic | None, max_tokens: int | None,
-             guards_since: specialization.Baseline | None = None):
+             guards_since: specialization.Baseline | None = None, guard_lines: dict | None = None):
     """The rest of ``trace_model`` for one size class, on its own copy of the exported program;
     with dynamic axes, refused if it assumed of their sizes what their ranges do not hold (a
     guard added since the export's, ``guards_since``)."""
@@ -183,7 +185,7 @@ def _compile(ep, module, arch: int, inductor_combo_kernels: bool, dynamic: Dynam
         raise inductor_failure(exc, arch) from exc
     graph = graph_from_fx(fx_wrapper, kernels, input_meta, arch, dynamic)
     if dynamic is not None and guards_since is not None:
-        specialization.refuse_new_guards(specialization.shape_env(ep), guards_since)
+        specialization.refuse_new_guards(specialization.shape_env(ep), guards_since, guard_lines)
     refuse_other_libraries_ops(graph, gm)
     placeholder = {s.arg.name: i for i, s in enumerate(signature.input_specs)}
     mutations = tuple(
