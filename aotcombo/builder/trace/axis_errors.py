@@ -3,14 +3,13 @@ what the model's code needs of it, solved for the axis (``seq != 2``, ``seq <= 1
 at 16), the model's line that needs it, and the ``--dynamic`` that builds.
 
 ``torch.export`` says which guard a range violates ("Constraints violated"), not where the
-model's code added it. Two records of where: each guard the export on the virtual GPU adds, with the
-model's innermost frame then (``recording_guards``: a guard torch's own code adds for CUDA, such as
-a layout heuristic, is only there), and ``torch.export.draft_export``'s, run again on the CPU on the
-failure path only (``guard_sites``)."""
+model's code added it. Two records of where: each guard the export on the virtual GPU adds
+(``guard_records``: a guard torch's own code adds for CUDA, such as a layout heuristic, is only
+there), and ``torch.export.draft_export``'s, run again on the CPU on the failure path only
+(``guard_sites``)."""
 
 from __future__ import annotations
 
-import contextlib
 import re
 from dataclasses import dataclass
 from unittest import mock
@@ -18,7 +17,7 @@ from unittest import mock
 import sympy
 
 from ...errors import UnsupportedModelError
-from ..inputs.usercode import VERSIONED, code_kind
+from .guard_records import model_stack, where
 
 _NOT_ALL = re.compile(r"Not all values of (\w+) = (.*?) in the specified range (.*?) satisfy the generated guard (.*)")
 _SPECIALIZED = re.compile(r"You marked (\w+) as dynamic but your code specialized it to be a constant \((-?\d+)\)")
@@ -116,27 +115,9 @@ class Dims:
         return text
 
 
-@contextlib.contextmanager
-def recording_guards():
-    """While exporting: ``(expr, its symbols' sources, the model's frames)`` of each guard added
-    on the inputs' sizes, in a list yielded."""
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
-
-    records, log = [], ShapeEnv._log_guard
-
-    def logged(env, prefix, guard, forcing_spec):
-        log(env, prefix, guard, forcing_spec)
-        sources = {str(v): k for k, v in env.source_to_var.items() if v in guard.free_symbols}
-        if sources:
-            records.append((str(guard), sources, _model_stack(4)))
-
-    with mock.patch.object(ShapeEnv, "_log_guard", logged):
-        yield records
-
-
 def recorded_sites(records: list, dims: Dims) -> list[Site]:
-    """``recording_guards``' records as sites."""
-    return [site for expr, sources, stack in records if (site := _site(dims, expr, sources, stack)) is not None]
+    """``guard_records.recording``'s records as sites."""
+    return [site for r in records if (site := _site(dims, r.expr, r.sources, r.frames)) is not None]
 
 
 def guard_sites(draft, dims: Dims) -> list[Site]:
@@ -146,7 +127,7 @@ def guard_sites(draft, dims: Dims) -> list[Site]:
     from torch._logging import structured
 
     try:  # the user stack a guard records: the model's innermost frames, past ours (the virtual GPU's)
-        with mock.patch.object(structured, "get_user_stack", _model_stack):
+        with mock.patch.object(structured, "get_user_stack", model_stack):
             report = draft()._report
     except Exception:  # noqa: BLE001 - no sites: the error says what export said
         return []
@@ -162,27 +143,11 @@ def guard_sites(draft, dims: Dims) -> list[Site]:
     return sites
 
 
-def _site(dims: Dims, expr: str, sources: dict, stack: list[dict]) -> Site | None:
+def _site(dims: Dims, expr: str, sources: dict, stack) -> Site | None:
     """A guard's site: its relation over ``dims`` and the innermost frame of the model's code
-    in ``stack`` (the user's or a library's: not torch's or ours); None without either."""
-    relation = dims.parse(expr, sources)
-    theirs = [f for f in stack if f.get("filename") and code_kind(f["filename"]) != VERSIONED]
-    if relation is None or not theirs:
-        return None
-    frame = theirs[-1]
-    return Site(relation, f" at {frame['filename'].rsplit('/', 1)[-1]}:{frame['line']} (`{frame['loc'].strip()}`)")
-
-
-def _model_stack(num_frames: int) -> list[dict]:
-    """torch's ``structured.get_user_stack`` that also passes over aotcombo's frames, each
-    frame's file by name (torch's are numbers into a table the report may not hold)."""
-    from torch.utils._traceback import CapturedTraceback
-
-    frames = CapturedTraceback.extract().summary()
-    theirs = [i for i, f in enumerate(frames) if code_kind(f.filename) != VERSIONED]
-    end = theirs[-1] + 1 if theirs else len(frames)
-    return [{"line": f.lineno, "name": f.name, "filename": f.filename, "loc": f.line or ""}
-            for f in frames[max(0, end - num_frames):end]]
+    in ``stack``; None without either."""
+    relation, at = dims.parse(expr, sources), where(stack)
+    return Site(relation, f" at {at}") if relation is not None and at else None
 
 
 def _site_of(relation, sites: list[Site]) -> str:

@@ -27,7 +27,7 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 from torch.utils import _pytree as pytree
 
-from . import specialization
+from .guard_records import tracing
 
 
 def compile_without_retrace(gm: GraphModule, fake_inputs: list, decompositions: dict | None = None) -> None:
@@ -199,7 +199,7 @@ def _trace_alone(node: Node, table: dict, fake_mode) -> GraphModule:
         args, kwargs = pytree.tree_unflatten(filled, spec)
         return node.target(*args, **kwargs)
 
-    with fake_mode, torch.fx.traceback.preserve_node_meta(), specialization.tracing(node):  # original_aten: the op
+    with fake_mode, torch.fx.traceback.preserve_node_meta(), tracing(node):  # original_aten: the op
         return make_fx(run, decomposition_table=table, tracing_mode="real")(*(leaves[i].meta["val"] for i in at))
 
 

@@ -27,7 +27,7 @@ from ..kernels.linear import combine as linear_combine, float8_tiles, match as l
 from ..kernels.linear import activation_epilogue, quant_match
 from ..kernels.attention import rope_fold
 from ..kernels.conv import cudnn_epilogue
-from . import decompositions, forked, plain, specialization
+from . import decompositions, forked, guard_records, plain, specialization
 from .attention_inputs import drop_copies_before_attention
 from .attention_masks import make_masks_additive
 from .capture import run_inductor
@@ -71,11 +71,11 @@ def trace_classes(module: torch.nn.Module, example_inputs: tuple, arch: int, cla
     ``note(text)``: told when a class had to be traced again in this process."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    recording = specialization.recording_lines() if dynamic is not None else contextlib.nullcontext({})
-    with virtual_gpu(arch), quiet_logs(), frozen_heap(), upsample_without_channel_guard(), recording as lines:
+    recording = guard_records.recording() if dynamic is not None else contextlib.nullcontext([])
+    with virtual_gpu(arch), quiet_logs(), frozen_heap(), upsample_without_channel_guard(), recording as guards:
         fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
         try:
-            ep = export_on_fake_gpu(module, example_inputs, fake_mode, arch, dynamic)
+            ep = export_on_fake_gpu(module, example_inputs, fake_mode, arch, dynamic, guards)
         except UnsupportedModelError as exc:  # ours, raised while tracing (attention): add the model's line
             raise located(exc, where(exc)) from None
         except Exception as exc:  # noqa: BLE001 - every export failure is the model's
@@ -98,7 +98,7 @@ def trace_classes(module: torch.nn.Module, example_inputs: tuple, arch: int, cla
         freeze_more()  # the exported program, which every class reads (and which a child shares)
         compile_class = functools.partial(_compile, module=module, arch=arch,
                                           inductor_combo_kernels=inductor_combo_kernels, dynamic=dynamic,
-                                          guards_since=exported, guard_lines=lines)
+                                          guards_since=exported, guards=guards)
         if len(classes) == 1 or not forked.available():  # one after the other, the last on ep itself
             return [compile_class(ep if t == classes[-1] else copy.deepcopy(ep), max_tokens=t) for t in classes]
         done, failed = _compile_side_by_side(ep, module, classes, compile_class)
@@ -143,7 +143,7 @@ def _as_plain(compile_class, ep, max_tokens, module) -> dict:
 
 
 def _compile(ep, module, arch: int, inductor_combo_kernels: bool, dynamic: Dynamic | None, max_tokens: int | None,
-             guards_since: specialization.Baseline | None = None, guard_lines: dict | None = None):
+             guards_since: specialization.Baseline | None = None, guards: list = ()):
     """The rest of ``trace_model`` for one size class, on its own copy of the exported program;
     with dynamic axes, refused if it assumed of their sizes what their ranges do not hold (a
     guard added since the export's, ``guards_since``)."""
@@ -185,7 +185,7 @@ def _compile(ep, module, arch: int, inductor_combo_kernels: bool, dynamic: Dynam
         raise inductor_failure(exc, arch) from exc
     graph = graph_from_fx(fx_wrapper, kernels, input_meta, arch, dynamic)
     if dynamic is not None and guards_since is not None:
-        specialization.refuse_new_guards(specialization.shape_env(ep), guards_since, guard_lines)
+        specialization.refuse_new_guards(specialization.shape_env(ep), guards_since, guards)
     refuse_other_libraries_ops(graph, gm)
     placeholder = {s.arg.name: i for i, s in enumerate(signature.input_specs)}
     mutations = tuple(

@@ -4,7 +4,6 @@ state it changes."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import inspect
@@ -160,7 +159,7 @@ def _attention_for(arch: int):
     return attention
 
 
-def export_on_fake_gpu(module, example_inputs, fake_mode, arch, dynamic: Dynamic | None = None):
+def export_on_fake_gpu(module, example_inputs, fake_mode, arch, dynamic: Dynamic | None = None, guards: list = ()):
     """``torch.export`` on fake CUDA tensors; ``dynamic`` makes each of its axes one symbolic
     size, in its range, across the input dims that carry it."""
     fake_module, aliases = _fake_cuda_module(module, fake_mode)
@@ -171,8 +170,7 @@ def export_on_fake_gpu(module, example_inputs, fake_mode, arch, dynamic: Dynamic
         _bind_aliases(fake_module, aliases)
         attention = mock.patch.object(torch.nn.functional, "scaled_dot_product_attention", _attention_for(arch))
         axes_failed = None  # ranges the model does not allow: said outside the fake mode (below)
-        recording = axis_errors.recording_guards() if dynamic is not None else contextlib.nullcontext([])
-        with torch.no_grad(), attention, recording as guards:
+        with torch.no_grad(), attention:
             try:
                 ep = torch.export.export(fake_module, fake_inputs, dynamic_shapes=dynamic_shapes, strict=False)
             except Exception as exc:

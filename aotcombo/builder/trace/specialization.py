@@ -7,20 +7,15 @@ violated": ``axis_errors``)."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import re
 from dataclasses import dataclass
-from unittest import mock
 
 import sympy
 import torch
 
 from ...errors import BUCKETS_INSTEAD, UnsupportedModelError
-from ..inputs.usercode import VERSIONED, code_kind
 from .axis_errors import dim_name
-
-_FRAME = re.compile(r'File "([^"]+)", line (\d+), in \S+\n\s*(.*)')
+from .guard_records import where
 
 
 def shape_env(ep):
@@ -46,69 +41,20 @@ def baseline(env) -> Baseline:
     return Baseline(len(env.guards), dict(env.var_to_range)) if env is not None else Baseline(0, {})
 
 
-@contextlib.contextmanager
-def recording_lines():
-    """While tracing and compiling: for each guard added, by its text, the model's line of the op
-    being traced or compiled then (its FX node's stack trace), where one is known."""
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
-
-    lines, log = {}, ShapeEnv._log_guard
-
-    def logged(env, prefix, guard, forcing_spec):
-        log(env, prefix, guard, forcing_spec)
-        if str(guard) not in lines and (line := _model_line()):
-            lines[str(guard)] = line
-
-    with mock.patch.object(ShapeEnv, "_log_guard", logged):
-        yield lines
-
-
-_traced: list = []  # the exported program's nodes being traced alone (direct.py), innermost last
-
-
-@contextlib.contextmanager
-def tracing(node):
-    """While ``node`` of the exported program is traced alone: the node a guard is added for."""
-    _traced.append(node)
-    try:
-        yield
-    finally:
-        _traced.pop()
-
-
-def _model_line() -> str:
-    """``modeling_detr.py:289 (`mask = ...`)``: the innermost frame of the model's code in the stack
-    trace of the exported program's node being traced alone (``tracing``), decomposed (make_fx) or
-    lowered (Inductor), or ""."""
-    from torch._inductor.virtualized import V
-    from torch.fx import traceback as fx_traceback
-
-    trace = _traced[-1].meta.get("stack_trace") if _traced else None
-    if not trace and fx_traceback.has_preserved_node_meta():
-        trace = fx_traceback.get_current_meta().get("stack_trace")
-    if not trace:
-        try:
-            trace = V.graph.current_node.meta.get("stack_trace")
-        except Exception:  # noqa: BLE001 - no graph being lowered
-            trace = None
-    frames = [f for f in _FRAME.findall(trace or "") if code_kind(f[0]) != VERSIONED]
-    return f"{frames[-1][0].rsplit('/', 1)[-1]}:{frames[-1][1]} (`{frames[-1][2].strip()}`)" if frames else ""
-
-
-def refuse_new_guards(env, since: Baseline, lines: dict | None = None) -> None:
+def refuse_new_guards(env, since: Baseline, records: list = ()) -> None:
     """A build error for the first guard added since ``since`` that some sizes in the ranges
-    (each symbol's ends, the sizes next to them and the middle) would fail; ``lines``: the model's
-    line each guard was added for (``recording_lines``)."""
+    (each symbol's ends, the sizes next to them and the middle) would fail; ``records``: where
+    the guards were added (``guard_records.recording``), for the model's line."""
     if env is None:
         return
     for guard in env.guards[since.guards:]:
         failing = _failing_sizes(since.ranges, guard.expr)
         if failing is not None:
             sizes = ", ".join(f"{_name(env, s)} = {v}" for s, v in failing.items())
-            where = _where(guard.sloc)
-            model = (lines or {}).get(str(guard.expr))
+            added = _where(guard.sloc)
+            model = next((where(r.frames) for r in records if r.expr == str(guard.expr) and where(r.frames)), "")
             raise UnsupportedModelError(
-                f"compiling the program assumed {guard.expr}{f' at {where}' if where else ''}"
+                f"compiling the program assumed {guard.expr}{f' at {added}' if added else ''}"
                 f"{f', for the model at {model}' if model else ''}, which sizes in the --dynamic ranges break "
                 f"({sizes}): the package would be wrong at such sizes",
                 fix=BUCKETS_INSTEAD + ", and report it with the model: aotcombo should not have assumed it")
