@@ -2,14 +2,19 @@
 that asks for it.
 
 The build-experience files (test_build_cache, test_build_wheel, test_build_workers,
-test_inspect): a 2-layer MLP model file (``_build_helpers.MLP``) and its builds for sm_90."""
+test_inspect): a 2-layer MLP model file (``_build_helpers.MLP``) and its builds for sm_90.
+
+The CLI error files (test_cli_input_errors, test_cli_build_errors, test_cli_interrupts): a build
+cache for the module, set in the environment of each of its tests (``cache_env``, which each of
+those files asks for in its ``pytestmark``), and the MLP's model file (``_cli_helpers.MLP``)."""
 
 import pytest
 
 from aotcombo.builder.inputs.modelfile import load_model_file
 from aotcombo.builder.pipeline import build_package as build
 
-from _build_helpers import MLP
+import _build_helpers
+import _cli_helpers
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +26,7 @@ def workdir(tmp_path_factory):
 def mlp_file(workdir):
     path = workdir / "src" / "mlp.py"
     path.parent.mkdir()
-    path.write_text(MLP)
+    path.write_text(_build_helpers.MLP)
     return path
 
 
@@ -39,3 +44,22 @@ def builds(mlp_file, cache_dir, workdir):
     warm = build(model, inputs, out=workdir / "warm", cache=cache_dir, **common)
     uncached = build(model, inputs, out=workdir / "uncached", cache=False, **common)
     return cold, warm, uncached
+
+
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory):
+    """One build cache for the module: the good model is traced once."""
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture
+def cache_env(shared_cache, monkeypatch):
+    monkeypatch.setenv("AOTCOMBO_CACHE_DIR", str(shared_cache))
+    monkeypatch.delenv("AOTCOMBO_NO_CACHE", raising=False)
+
+
+@pytest.fixture
+def mlp(tmp_path):
+    path = tmp_path / "mlp.py"
+    path.write_text(_cli_helpers.MLP)
+    return path
