@@ -12,9 +12,10 @@ kernel the trace had named). Calls of a few query rows over many keys (a decode 
 kernels of the package instead (builder/kernels/attention/).
 
 The program's later kernels read the output through the strides the trace gave it, so the
-result is returned in exactly that layout: ``"bmhk"``, a (batch, queries, heads, dim)
-buffer viewed as (batch, heads, queries, dim), as the fused kernels write it, or
-``"contiguous"``. The fused kernels return that layout already; anything else is copied.
+result is returned in exactly that layout, named by its dims' order (b, h, m, k), outermost first:
+``"bmhk"``, a (batch, queries, heads, dim) buffer viewed as (batch, heads, queries, dim), as the
+fused kernels write it, ``"bhmk"`` (contiguous), or another (flash attention's output follows its
+query's layout: ``"mbhk"`` under ``nn.MultiheadAttention``). A result in another layout is copied.
 ``in_strides`` does the same for every other op that returns a new tensor (a convolution's,
 whose layout the backend picks at run time).
 
@@ -110,9 +111,14 @@ def fused_conv(x, weight, bias, residual, stride, padding, dilation, groups: int
 
 
 def in_layout(out: torch.Tensor, layout: str) -> torch.Tensor:
-    """``out`` with the strides ``layout`` names, copied only when it has others."""
-    _, h, m, k = out.shape
-    return in_strides(out, (m * h * k, k, h * k, 1) if layout == "bmhk" else (h * m * k, m * k, k, 1))
+    """``out`` (batch, heads, queries, dim) with the strides of a dense buffer of its dims in
+    ``layout``'s order, outermost first (their letters b, h, m, k: "bhmk" is contiguous), copied
+    only when it has others."""
+    size, stride = dict(zip("bhmk", out.shape)), {}
+    inner = 1
+    for dim in reversed(layout):
+        stride[dim], inner = inner, inner * size[dim]
+    return in_strides(out, tuple(stride[d] for d in "bhmk"))
 
 
 def placed_root(out, index: int, shape, stride, offset, view_stride, dtype, device) -> torch.Tensor:

@@ -55,3 +55,37 @@ def test_copies_only_attention_reads_are_dropped_and_it_matches_eager(tmp_path):
     with torch.no_grad():
         ref = model.double()(x.double())
     assert relative_error(got, ref) <= 1e-5
+
+
+def test_an_output_in_its_query_layout_builds_and_matches_eager(tmp_path):
+    """In 16-bit floats torch's flash attention returns its output in the query's layout:
+    ``nn.MultiheadAttention`` (``batch_first``) makes that (queries, batch, heads, dim), which the
+    trace once refused ("returns a layout aotcombo does not know"). At 160 rows the call is
+    torch's (the result copied into the traced layout when the backend gives another), at 10 ours;
+    against eager in float32 within max(1e-2, 2 x bfloat16 eager's own error)."""
+    for seq in (160, 10):
+        torch.manual_seed(0)
+        model = nn.TransformerEncoderLayer(HEADS * DIM, HEADS, 2 * HEADS * DIM, batch_first=True).eval()
+        x = torch.randn(2, seq, HEADS * DIM, generator=torch.Generator().manual_seed(seq))
+        with torch.no_grad():
+            ref = model(x)
+            half = model.to(torch.bfloat16)
+            limit = max(1e-2, 2 * relative_error(half(x.bfloat16()), ref))
+        result = build_package(half, [x.bfloat16()], arch=["sm_90"], out=tmp_path / f"s{seq}", cache=False)
+        assert relative_error(interpret.run_variant(result, 0, [x.bfloat16()]), ref) <= limit
+
+
+def test_every_order_of_an_attention_output_is_read_back_and_written():
+    """``to_graph._dense_order`` names the order of any dense (batch, heads, queries, dim) view
+    and ``ops.in_layout`` gives a result exactly those strides, copying only where it must."""
+    from aotcombo.builder.trace.to_graph import ATTENTION_ORDERS, _dense_order
+    from aotcombo.runtime.ops import in_layout
+
+    shape = dict(zip("bhmk", (2, 3, 5, 7)))
+    assert len(set(ATTENTION_ORDERS)) == 24
+    for order in ATTENTION_ORDERS:
+        dense = torch.randn(*(shape[d] for d in order)).permute(*(order.index(d) for d in "bhmk"))
+        assert _dense_order(dense) == order
+        back = in_layout(dense.contiguous(), order)
+        assert back.stride() == dense.stride() and torch.equal(back, dense)
+        assert in_layout(dense, order) is dense  # already so: no copy

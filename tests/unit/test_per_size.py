@@ -101,7 +101,7 @@ def test_calls_before_a_capture_leave_attention_plans_out():
     assert model.fresh == [True, True] and captured == [1]
     q = k = v = torch.randn(1, 2, 5, 8)
     with ops.fresh_shapes():
-        out = ops.attention(q, k, v, layout="contiguous")[0]
+        out = ops.attention(q, k, v, layout="bhmk")[0]
     assert torch.allclose(out, torch.nn.functional.scaled_dot_product_attention(q, k, v), atol=1e-6)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import itertools
 import operator
 from typing import Any
 
@@ -157,6 +158,27 @@ _PRIVATE_ATTENTION = frozenset({
 })
 
 
+# Orders of an attention output's dims (batch, heads, queries, dim), outermost first, tried in
+# turn: the fused kernels' (batch, queries, heads, dim) viewed as (batch, heads, queries, dim),
+# then contiguous, then the rest (flash attention's follows the query's: nn.MultiheadAttention's
+# query, made (queries, batch, heads, dim), gives "mbhk").
+ATTENTION_ORDERS = ("bmhk", "bhmk", *sorted({"".join(p) for p in itertools.permutations("bhmk")} - {"bmhk", "bhmk"}))
+
+
+def _dense_order(out: torch.Tensor) -> str | None:
+    """The order of ``out``'s dims (named b, h, m, k), outermost first, in which it is a dense
+    buffer (a size-1 dim's stride aside), or None where it is none."""
+    size = dict(zip("bhmk", (d.node.expr if isinstance(d, torch.SymInt) else d for d in out.shape)))
+    stride = dict(zip("bhmk", (s.node.expr if isinstance(s, torch.SymInt) else s for s in out.stride())))
+    for order in ATTENTION_ORDERS:
+        expected, inner = {}, 1
+        for dim in reversed(order):
+            expected[dim], inner = inner, inner * size[dim]
+        if all(size[d] == 1 or stride[d] == expected[d] for d in "bhmk"):
+            return order
+    return None
+
+
 def _attention(node) -> g.Extern | None:
     """A private fused-attention op as the public call that makes it (``runtime.ops.attention``),
     or None for any other node. Only its first output may be used: the others (log-sum-exp,
@@ -175,11 +197,7 @@ def _attention(node) -> g.Extern | None:
             raise UnsupportedModelError(f"{op._schema.name}{where}: the program uses an output other than the "
                                         "attention itself (log-sum-exp or RNG state)", fix="use only its result")
     out, query = node.meta["val"][0], bound["query"].meta["val"]
-    b, h, m, k = (d.node.expr if isinstance(d, torch.SymInt) else d for d in out.shape)
-    strides = tuple(s.node.expr if isinstance(s, torch.SymInt) else s for s in out.stride())
-    layouts = {"bmhk": (m * h * k, k, h * k, 1), "contiguous": (h * m * k, m * k, k, 1)}
-    layout = next((name for name, expected in layouts.items()
-                   if all(n == 1 or s == e for n, s, e in zip((b, h, m, k), strides, expected))), None)
+    layout = _dense_order(out)
     if layout is None or tuple(out.shape) != tuple(query.shape[:-1]) + (out.shape[-1],):
         raise UnsupportedModelError(f"{op._schema.name}{where} returns a layout aotcombo does not know "
                                     f"(shape {tuple(out.shape)}, strides {tuple(out.stride())})")

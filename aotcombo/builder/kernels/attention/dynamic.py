@@ -49,7 +49,7 @@ def lowering(op: g.Extern, specs: dict, out: g.TensorSpec, max_tokens: int | Non
     if mask_spec is not None and (mask_spec.dtype not in ("bool", q.dtype, "float32")
                                   or _broadcast_strides(mask_spec, (b, h, m, keys)) is None):
         return None
-    if out.stride[3] != 1 or (out.stride[1], out.stride[2]) != (d, h * d) and out.stride[2] != d:
+    if not written_by_output_spec(op, out):
         return None
     return {"group": group, "mask": mask_spec}
 
@@ -117,11 +117,17 @@ class RuntimeSizes:
         return tuple(self.param(s, f"{label}_stride{i}") for i, s in enumerate(strides))
 
 
+def written_by_output_spec(op: g.Extern, out: g.TensorSpec) -> bool:
+    """Whether the call's output is in a layout ``output_spec`` writes: "bmhk" or "bhmk"
+    (contiguous), its dim innermost (the trace's ``layout``: ``to_graph._dense_order``)."""
+    return dict(op.kwargs).get("layout") in ("bmhk", "bhmk") and out.stride[3] == 1
+
+
 def output_spec(out: g.TensorSpec, out_name: str, shape: tuple) -> tuple[list, g.TensorSpec]:
     """The attention output's spec with its sizes the call's, ``shape`` (the query's, as the
     program computes them), and the ``Scalar``s its strides need: (batch, queries, heads, dim)
     viewed as (batch, heads, queries, dim) ("bmhk", as torch's fused kernels write it) or
-    contiguous, as the trace gave it."""
+    contiguous, as the trace gave it (``written_by_output_spec``)."""
     b, h, m, d = shape
     ops = []
     first = g.Scalar(f"{out_name}_stride0", "mul", (m, h * d)) if not isinstance(m, int) else None

@@ -23,7 +23,7 @@ import math
 from ... import graph as g
 from ...codegen.render import render
 from ..common import TRITON_DTYPE, cdiv
-from .dynamic import RuntimeSizes, output_spec
+from .dynamic import RuntimeSizes, output_spec, written_by_output_spec
 from .lowering import LOG2E, _broadcast_strides, _kernel
 
 DTYPES, HEAD_DIMS = ("float16", "bfloat16"), (64,)
@@ -73,7 +73,7 @@ def lowering(op: g.Extern, specs: dict, out: g.TensorSpec) -> bool:
     (b, h, m, d), keys = q.shape, k.shape[2]
     if not (isinstance(h, int) and isinstance(d, int)) or k.shape != (b, h, keys, d) or v.shape != k.shape:
         return False
-    if not (q.dtype == k.dtype == v.dtype == out.dtype) or out.stride[3] != 1:
+    if not (q.dtype == k.dtype == v.dtype == out.dtype) or not written_by_output_spec(op, out):
         return False
     return takes(q.dtype, d, 1, bool(kwargs.get("is_causal")), mask_spec.dtype,
                  key_mask_strides(mask_spec, (b, h, m, keys)) is not None)
