@@ -175,3 +175,21 @@ def test_what_must_stay_per_call_does(tmp_path):
         got = interpret.run(built.variants[0].program, combos, weights, [x])
         for a, b in zip(got, want):
             assert relative_error(a, b) <= 1e-5, call
+
+
+class SinePositions(nn.Module):
+    """No weights; a table made from ``arange`` alone (work at load), DETR's sine positions: a
+    floor division into bfloat16, which Inductor lowered to a kernel Triton would not compile."""
+
+    def forward(self, x):
+        d = torch.arange(x.shape[-1], device=x.device).type_as(x)
+        return x / 10000 ** (2 * torch.div(d, 2, rounding_mode="floor") / x.shape[-1])
+
+
+def test_a_model_without_weights_runs_its_table_at_load(tmp_path):
+    model, x = SinePositions(), torch.randn(4, 32).bfloat16()
+    result = build_package(model, [x], arch=["sm_90"], out=tmp_path, cache=False)
+    assert result.variants[0].plan.load is not None  # the table: made once, at load
+    fresh = torch.randn(4, 32, generator=torch.Generator().manual_seed(3))
+    got = interpret.run_variant(result, 0, [fresh.bfloat16()])
+    assert relative_error(got.float(), model(fresh)) <= 1e-2

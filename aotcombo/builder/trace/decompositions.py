@@ -26,6 +26,10 @@ the trace decomposes it here, so its work lands in kernels the planner can combi
 - ``histc`` of integers (the expert counts that feed it): each value's bin computed in integers,
   counted with an index add; CUDA's kernel bins integers the same way, and the CPU has no integer
   histc (the interpreter could not run it). Float ``histc`` stays an extern call.
+- A floor division into a 16-bit float (DETR's sine position embedding in bfloat16): in float32,
+  rounded after, as eager computes it. Inductor's lowering of the 16-bit division calls
+  libdevice's ``isinf`` on a 16-bit value, which Triton refuses (torch 2.14, triton 3.8: a
+  kernel that would not compile).
 - A convolution whose stride is its kernel, with no padding, dilation or groups (a ViT's patch
   embedding, 16 x 16 patches at stride 16): a matmul over the patches, the input's patches
   gathered by a view and one copy. cuDNN ran ViT-B/16's at batch 8 in 83 us plus 28 us of layout
@@ -224,6 +228,16 @@ def _highest(dtype):
     return float("inf") if dtype.is_floating_point else torch.iinfo(dtype).max
 
 
+def floor_division(a, b, rounding_mode=None):
+    """``aten.div.Tensor_mode`` / ``Scalar_mode`` flooring into a 16-bit float: in float32, rounded
+    to it after, as eager's kernels compute it (their opmath type: the same values)."""
+    dtype = torch.result_type(a, b)
+    if rounding_mode != "floor" or dtype not in (torch.float16, torch.bfloat16):
+        return NotImplemented
+    b = b.float() if isinstance(b, torch.Tensor) else b
+    return torch.div(a.float(), b, rounding_mode="floor").to(dtype)
+
+
 TABLE = {op: embedding_bag for op in (aten.embedding_bag.default, aten.embedding_bag.padding_idx,
                                      aten._embedding_bag.default, aten._embedding_bag_forward_only.default)}
 TABLE[aten.histc.default] = histc
@@ -231,6 +245,7 @@ TABLE[aten.argmax.default] = _arg_reduction(torch.max, _lowest)
 TABLE[aten.argmin.default] = _arg_reduction(torch.min, _highest)
 TABLE.update({op: convolution for op in (aten.conv1d.default, aten.conv2d.default, aten.conv3d.default)})
 TABLE[aten.convolution.default] = _convolution
+TABLE.update({op: floor_division for op in (aten.div.Tensor_mode, aten.div.Scalar_mode)})
 
 
 def table() -> dict:
