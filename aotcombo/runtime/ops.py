@@ -31,6 +31,9 @@ TP 2 on two H100s 3.981 ms a step against NCCL's 3.974 (2026-11-27), outputs wit
 cuBLASLt's epilogue, where CUDA's kernel takes GELU's tanh form; on the CPU (the build's
 interpreter) torch's kernel takes GELU's exact form, so there it is computed as CUDA does.
 
+``addmm_lt`` and ``mm_lt`` are ``aten``'s, a 16-bit GEMM of many rows run by cuBLASLt with no
+workspace (``cublaslt.py``: no memset node beside it in a CUDA graph).
+
 ``fused_conv`` is a convolution with its bias, a residual and ReLU after it, the builder's
 ``aotcombo::fused_conv`` (BatchNorm folded into the weights at load): with ReLU on CUDA one cuDNN
 call (``cudnn_convolution_relu``, ``..._add_relu``) whose epilogue adds the bias and the residual,
@@ -48,6 +51,7 @@ import threading
 
 import torch
 
+from . import cublaslt
 from .outputs import span_of
 from .torch_private import addmm_activation as _addmm_activation, conv_add_relu, conv_relu
 
@@ -92,6 +96,21 @@ def addmm_activation(bias, x, w, *, use_gelu: bool = False) -> torch.Tensor:
         return _addmm_activation(bias, x, w, use_gelu=use_gelu)
     out = torch.addmm(bias, x, w)
     return torch.nn.functional.gelu(out, approximate="tanh") if use_gelu else torch.relu(out)
+
+
+def addmm_lt(bias, mat1, mat2, *, alpha=1, beta=1, out) -> torch.Tensor:
+    """``aten.addmm.out``; a 16-bit GEMM of many rows through cuBLASLt with no workspace (no memset
+    beside it: ``cublaslt.py``)."""
+    if not (alpha == 1 and beta == 1 and cublaslt.matmul(mat1, mat2, bias, out)):
+        torch.ops.aten.addmm.out(bias, mat1, mat2, alpha=alpha, beta=beta, out=out)
+    return out
+
+
+def mm_lt(mat1, mat2, *, out) -> torch.Tensor:
+    """``aten.mm.out``, as ``addmm_lt`` with no bias."""
+    if not cublaslt.matmul(mat1, mat2, None, out):
+        torch.ops.aten.mm.out(mat1, mat2, out=out)
+    return out
 
 
 def fused_conv(x, weight, bias, residual, stride, padding, dilation, groups: int, relu: bool) -> torch.Tensor:

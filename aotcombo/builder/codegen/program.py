@@ -39,9 +39,11 @@ def _op_parts(op: str) -> tuple[str, str, str]:
 
 # Ops the program calls through runtime/ops.py instead: attention through the public API in place
 # of Inductor's private ops; the in-place all-reduce as c10d's on the current stream; cuBLASLt's
-# epilogue with the activation CUDA computes, on the CPU too; a convolution with cuDNN's epilogue.
+# epilogue with the activation CUDA computes, on the CPU too; a convolution with cuDNN's epilogue;
+# matmuls, large 16-bit ones by cuBLASLt with no workspace.
 RUNTIME_OPS = {ATTENTION: "attention", f"{COLLECTIVES}::all_reduce_.default": "all_reduce_",
-               "aten::_addmm_activation.default": "addmm_activation", "aotcombo::fused_conv.default": "fused_conv"}
+               "aten::_addmm_activation.default": "addmm_activation", "aotcombo::fused_conv.default": "fused_conv",
+               "aten::addmm.out": "addmm_lt", "aten::mm.out": "mm_lt"}
 
 
 def _op_call(op: str) -> str:

@@ -1,0 +1,62 @@
+"""The runtime's cuBLASLt matmul with no workspace (runtime/cublaslt.py) against torch's addmm / mm
+on the GPU: 16-bit operands of every layout the program hands it (a weight's transposed view, a
+contiguous one, a transposed activation), with a bias of [n] or [m, n] broadcast or none, in
+relative L2 within 2e-3 of torch's result (both sum in float32: what differs is the order and
+the rounding to 16 bits; a wrong layout is off by ~1). Calls it does not take (few rows, a
+misaligned pointer, float32) run nothing and say so; a captured call replays right."""
+
+import pytest
+import torch
+
+from aotcombo.runtime import cublaslt
+from aotcombo.testing.compare import relative_error
+
+pytestmark = pytest.mark.gpu
+DTYPES = (torch.float16, torch.bfloat16)
+
+
+def _operands(m, n, k, dtype, weight_view: bool, mat1_transposed: bool):
+    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+    x = torch.randn(m, k, device="cuda", dtype=dtype, generator=g)
+    mat1 = x.t().contiguous().t() if mat1_transposed else x
+    w = torch.randn(n, k, device="cuda", dtype=dtype, generator=g) / k ** 0.5
+    mat2 = w.t() if weight_view else w.t().contiguous()
+    return mat1, mat2, torch.randn(n, device="cuda", dtype=dtype, generator=g)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,n,k", [(1024, 768, 768), (4096, 3072, 768), (16384, 768, 3072), (3000, 2304, 768)])
+@pytest.mark.parametrize("layout", ["weight_view", "contiguous", "mat1_transposed"])
+@pytest.mark.parametrize("bias", ["none", "vector", "broadcast"])
+def test_matmul_matches_torch(dtype, m, n, k, layout, bias):
+    mat1, mat2, b = _operands(m, n, k, dtype, layout != "contiguous", layout == "mat1_transposed")
+    bias_arg = {"none": None, "vector": b, "broadcast": b.expand(m, n)}[bias]
+    out = torch.empty(m, n, device="cuda", dtype=dtype)
+    assert cublaslt.matmul(mat1, mat2, bias_arg, out)
+    want = torch.mm(mat1, mat2) if bias_arg is None else torch.addmm(b, mat1, mat2)
+    torch.cuda.synchronize()
+    assert relative_error(out.float(), want.float()) <= 2e-3
+
+
+def test_calls_it_does_not_take_run_nothing():
+    mat1, mat2, b = _operands(1024, 768, 768, torch.float16, True, False)
+    out = torch.full((1024, 768), 7.0, device="cuda", dtype=torch.float16)
+    few = torch.empty(cublaslt.MIN_ROWS - 1, 768, device="cuda", dtype=torch.float16)
+    assert not cublaslt.matmul(mat1[: cublaslt.MIN_ROWS - 1], mat2, b, few)
+    shifted = torch.empty(1024 * 768 + 8, device="cuda", dtype=torch.float16)[8:].view(1024, 768)
+    assert not cublaslt.matmul(mat1, mat2, b, shifted)
+    assert not cublaslt.matmul(mat1.float(), mat2.float(), b.float(), out.float())
+    assert bool((out == 7).all())
+
+
+def test_a_captured_call_replays_with_new_inputs():
+    mat1, mat2, b = _operands(2048, 1024, 512, torch.bfloat16, True, False)
+    out = torch.empty(2048, 1024, device="cuda", dtype=torch.bfloat16)
+    cublaslt.matmul(mat1, mat2, b, out)  # plans made before the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        assert cublaslt.matmul(mat1, mat2, b, out)
+    mat1.copy_(torch.randn_like(mat1))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert relative_error(out.float(), torch.addmm(b, mat1, mat2).float()) <= 2e-3
