@@ -16,7 +16,9 @@ the Llama 3.2 1B prefill within 0.5 %, every output bit for bit the same. Below 
 torch's call stays: there the heuristics picked the same kernels either way, and a split-K kernel
 (few rows, long k) needs the workspace.
 
-The library is the one torch loaded (its path from ``/proc/self/maps``); descriptors and the
+The program calls it (``ops.addmm_lt``, ``mm_lt``) only while a CUDA graph is captured: op by op
+there is no graph node to save, and this Python call's host time (ctypes, sixteen arguments) would
+weigh more than a memset. The library is the one torch loaded (its path from ``/proc/self/maps``); descriptors and the
 heuristic's algorithm are made once per shape, strides and bias and kept (``_plans``). A call
 this path does not take (other dtypes, strides, alignment, no algorithm) returns False and the
 caller runs torch's op.
@@ -69,13 +71,27 @@ def _check(status: int, what: str) -> None:
         raise RuntimeError(f"cuBLASLt {what} failed with status {status}")
 
 
-def _handle(lib, device: int) -> ctypes.c_void_p:
+def _handle(lib, device: int) -> ctypes.c_void_p | None:
+    """The device's handle, made here unless a CUDA graph is being captured (its making may
+    allocate on the device: ``prepare`` makes it before), else None."""
     if device not in _state:
+        if torch.cuda.is_current_stream_capturing():
+            return None
         handle = ctypes.c_void_p()
         with torch.cuda.device(device):
             _check(lib.cublasLtCreate(ctypes.byref(handle)), "cublasLtCreate")
         _state[device] = handle
     return _state[device]
+
+
+def prepare(device: torch.device) -> None:
+    """The library found and ``device``'s handle made (outside a capture), once."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _state:
+        with _lock:
+            lib = _library()
+            if lib is not None:
+                _handle(lib, index)
 
 
 def _drop_plans(lib) -> None:
@@ -164,6 +180,8 @@ def matmul(mat1: torch.Tensor, mat2: torch.Tensor, bias: torch.Tensor | None, ou
     device = out.device.index if out.device.index is not None else torch.cuda.current_device()
     with _lock:
         handle = _handle(lib, device)
+        if handle is None:
+            return False
         plan = _plans.get((device, key), False)
         if plan is False:
             if len(_plans) >= _MAX_PLANS:

@@ -31,8 +31,8 @@ TP 2 on two H100s 3.981 ms a step against NCCL's 3.974 (2026-11-27), outputs wit
 cuBLASLt's epilogue, where CUDA's kernel takes GELU's tanh form; on the CPU (the build's
 interpreter) torch's kernel takes GELU's exact form, so there it is computed as CUDA does.
 
-``addmm_lt`` and ``mm_lt`` are ``aten``'s, a 16-bit GEMM of many rows run by cuBLASLt with no
-workspace (``cublaslt.py``: no memset node beside it in a CUDA graph).
+``addmm_lt`` and ``mm_lt`` are ``aten``'s; captured into a CUDA graph, a 16-bit GEMM of many rows run by
+cuBLASLt with no workspace (``cublaslt.py``: no memset node beside it in the graph).
 
 ``fused_conv`` is a convolution with its bias, a residual and ReLU after it, the builder's
 ``aotcombo::fused_conv`` (BatchNorm folded into the weights at load): with ReLU on CUDA one cuDNN
@@ -98,17 +98,30 @@ def addmm_activation(bias, x, w, *, use_gelu: bool = False) -> torch.Tensor:
     return torch.nn.functional.gelu(out, approximate="tanh") if use_gelu else torch.relu(out)
 
 
+def _by_cublaslt(mat1, mat2, bias, out) -> bool:
+    """Whether cuBLASLt ran ``out = mat1 @ mat2 (+ bias)``: only while a CUDA graph is captured, where
+    a memset is a node of its own (op by op this Python call's host time, ctypes and all, would
+    cost more than it saves). Op by op (a graph's warm-up run too) its handle is made, outside any
+    capture."""
+    if not out.is_cuda:
+        return False
+    if not torch.cuda.is_current_stream_capturing():
+        cublaslt.prepare(out.device)
+        return False
+    return cublaslt.matmul(mat1, mat2, bias, out)
+
+
 def addmm_lt(bias, mat1, mat2, *, alpha=1, beta=1, out) -> torch.Tensor:
-    """``aten.addmm.out``; a 16-bit GEMM of many rows through cuBLASLt with no workspace (no memset
-    beside it: ``cublaslt.py``)."""
-    if not (alpha == 1 and beta == 1 and cublaslt.matmul(mat1, mat2, bias, out)):
+    """``aten.addmm.out``; captured into a CUDA graph, a 16-bit GEMM of many rows through cuBLASLt with
+    no workspace (no memset beside it: ``cublaslt.py``)."""
+    if not (alpha == 1 and beta == 1 and _by_cublaslt(mat1, mat2, bias, out)):
         torch.ops.aten.addmm.out(bias, mat1, mat2, alpha=alpha, beta=beta, out=out)
     return out
 
 
 def mm_lt(mat1, mat2, *, out) -> torch.Tensor:
     """``aten.mm.out``, as ``addmm_lt`` with no bias."""
-    if not cublaslt.matmul(mat1, mat2, None, out):
+    if not _by_cublaslt(mat1, mat2, None, out):
         torch.ops.aten.mm.out(mat1, mat2, out=out)
     return out
 

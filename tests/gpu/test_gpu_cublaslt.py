@@ -8,7 +8,7 @@ misaligned pointer, float32) run nothing and say so; a captured call replays rig
 import pytest
 import torch
 
-from aotcombo.runtime import cublaslt
+from aotcombo.runtime import cublaslt, ops
 from aotcombo.testing.compare import relative_error
 
 pytestmark = pytest.mark.gpu
@@ -56,6 +56,25 @@ def test_a_captured_call_replays_with_new_inputs():
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         assert cublaslt.matmul(mat1, mat2, b, out)
+    mat1.copy_(torch.randn_like(mat1))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert relative_error(out.float(), torch.addmm(b, mat1, mat2).float()) <= 2e-3
+
+
+def test_the_program_calls_it_only_while_a_graph_is_captured(monkeypatch):
+    mat1, mat2, b = _operands(2048, 1024, 512, torch.float16, True, False)
+    out, taken = torch.empty(2048, 1024, device="cuda", dtype=torch.float16), []
+    real = cublaslt.matmul
+    monkeypatch.setattr(cublaslt, "matmul", lambda *args: taken.append(args) or real(*args))
+    cublaslt._state.pop(torch.cuda.current_device(), None)  # as in a fresh process: no handle yet
+    cublaslt._plans.clear()  # the plan is made in the capture, as the package's are
+    ops.addmm_lt(b, mat1, mat2, out=out)  # op by op (a graph's warm-up): torch's call; the handle made
+    assert not taken and torch.cuda.current_device() in cublaslt._state
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        ops.addmm_lt(b, mat1, mat2, out=out)
+    assert len(taken) == 1
     mat1.copy_(torch.randn_like(mat1))
     graph.replay()
     torch.cuda.synchronize()
