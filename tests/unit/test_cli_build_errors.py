@@ -63,6 +63,40 @@ def get_example_inputs():
     assert_nothing_written(tmp_path / "out")
 
 
+GUARDED = """\
+import torch
+
+
+class Guarded(torch.nn.Module):
+    def forward(self, x):
+        if x.dtype == torch.float16 and not torch.isfinite(x).all():
+            x = x.clamp(-100.0, 100.0)
+        return x * 2
+
+
+def get_model():
+    return Guarded()
+
+
+def get_example_inputs():
+    return (torch.randn(4, 8, dtype=torch.DTYPE),)
+"""
+
+
+def test_a_float16_overflow_guard_says_to_build_in_bfloat16(capsys, tmp_path):
+    """transformers' float16 guard (BART, Marian): a branch on the values, in float16 only."""
+    path = write(tmp_path, GUARDED.replace("DTYPE", "float16"))
+    code, _, err = run(capsys, path, "--arch", "sm_90", "--out", tmp_path / "out")
+    assert code == 4
+    assert_one_error(err, "unsupported model", "model.py:6", "build the model in bfloat16")
+    assert_nothing_written(tmp_path / "out")
+    bf16 = tmp_path / "bf16"
+    bf16.mkdir()
+    code, _, err = run(capsys, write(bf16, GUARDED.replace("DTYPE", "bfloat16")), "--arch", "sm_90",
+                       "--out", tmp_path / "out")
+    assert code == 0, err
+
+
 def test_another_library_s_custom_op_is_refused(capsys, tmp_path):
     """A package runs with torch alone: a call into another library's custom op (registered
     by transformers, torchvision, a user's extension: here by the model file) is a build

@@ -124,6 +124,18 @@ def summary(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {head[:300]}"
 
 
+# transformers' float16 overflow guard (BART, Marian, mBART, Pegasus, ...: `if hidden_states.dtype ==
+# torch.float16 and not torch.isfinite(hidden_states).all(): clamp`), a branch on the activations' values
+FLOAT16_GUARD = ("the line branches on whether float16 activations are all finite (an overflow guard that clamps "
+                 "them): a data-dependent branch torch.export cannot trace. It runs only in float16: build the "
+                 "model in bfloat16 or float32; or, in code of your own, make the branch one op: "
+                 "x = torch.where(torch.isfinite(x).all(), x, x.clamp(-m, m))")
+
+
+def _float16_guard(line: str) -> bool:
+    return "float16" in line and re.search(r"\bis(finite|inf|nan)\b", line) is not None
+
+
 def export_failure(module: torch.nn.Module, exc: BaseException, inputs: int = 0) -> UnsupportedModelError:
     """The build error for a model ``torch.export`` cannot trace: the model's line, and the fix
     for the constructs we know (transformers' token-picking MoE experts and growing cache; an
@@ -138,9 +150,11 @@ def export_failure(module: torch.nn.Module, exc: BaseException, inputs: int = 0)
     loose = loose_tensors(module)
     experts = token_picking_experts(module)
     cache = growing_cache(module, exc)
+    line = where(exc) or library_where(exc)
     return UnsupportedModelError(
-        f"torch.export cannot trace the model{where(exc) or library_where(exc)}: {summary(exc)}",
-        fix=(f"the model's MoE experts ({experts}) run transformers' experts_implementation=\"eager\", "
+        f"torch.export cannot trace the model{line}: {summary(exc)}",
+        fix=(FLOAT16_GUARD if _float16_guard(line) else
+             f"the model's MoE experts ({experts}) run transformers' experts_implementation=\"eager\", "
              "which picks each expert's tokens (nonzero, a loop over the experts hit: data-dependent "
              "shapes); build it with model.set_experts_implementation(\"grouped_mm\") or \"batched_mm\" "
              "(or experts_implementation=... in from_pretrained or the config): fixed shapes" if experts else
