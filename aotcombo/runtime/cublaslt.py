@@ -14,19 +14,23 @@ call in turn (H100, same day): dynamic BERT-base at 32 x 512 7.294 -> 7.062 ms, 
 1.800, its six smaller shapes and full-size BERT-base, ViT-B/16, GPT-2, Whisper-small's encoder and
 the Llama 3.2 1B prefill within 0.5 %, every output bit for bit the same. Below ``MIN_ROWS`` rows
 torch's call stays: there the heuristics picked the same kernels either way, and a split-K kernel
-(few rows, long k) needs the workspace.
+(few rows, long k) needs the workspace. A threshold of 1024 rows against 4096 (H100, same day,
+``benchmarks/cublaslt_ab.py --compare rows``: one package loaded under each, graph mode, in turn,
+ms): dynamic BERT-base 8 x 128 0.687 / 0.687, 16 x 256 1.769 / 1.769, 32 x 512 6.976 / 6.972
+(torch's call 7.217); the SD 1.5 UNet (GEMMs of up to 8192 rows) 6.746 / 6.766 (torch's 6.787).
 
 The program calls it (``ops.addmm_lt``, ``mm_lt``) only while a CUDA graph is captured: op by op
 there is no graph node to save, and this Python call's host time (ctypes, sixteen arguments) would
-weigh more than a memset. The library is the one torch loaded (its path from ``/proc/self/maps``); descriptors and the
-heuristic's algorithm are made once per shape, strides and bias and kept (``_plans``). A call
-this path does not take (other dtypes, strides, alignment, no algorithm) returns False and the
-caller runs torch's op.
+weigh more than a memset. The library is the one torch loaded (its path from ``/proc/self/maps``);
+descriptors and the heuristic's algorithm are made once per shape, strides and bias and kept
+(``_plans``). A call this path does not take (other dtypes, strides, alignment, no algorithm)
+returns False and the caller runs torch's op.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 
 import torch
@@ -47,23 +51,26 @@ class _Heuristic(ctypes.Structure):
 
 
 _lock = threading.Lock()
-_state: dict = {}  # "lib": the library or None; device index -> handle
+_handles: dict[int, ctypes.c_void_p] = {}  # device index -> cuBLASLt handle
 _plans: dict = {}
 
 
-def _library():
-    if "lib" not in _state:
-        _state["lib"] = None
-        try:
-            with open("/proc/self/maps") as maps:
-                paths = sorted({line.split()[-1] for line in maps if "libcublasLt.so" in line})
-            lib = ctypes.CDLL(paths[0]) if paths else None
-        except (OSError, IndexError):
-            lib = None
-        if lib is not None:
-            lib.cublasLtMatmul.argtypes = [ctypes.c_void_p] * 14 + [ctypes.c_size_t, ctypes.c_void_p]
-            _state["lib"] = lib
-    return _state["lib"]
+@functools.cache
+def _library() -> ctypes.CDLL | None:
+    """The cuBLASLt torch loaded (its path from ``/proc/self/maps``), or None."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = sorted({line.split()[-1] for line in maps if "libcublasLt.so" in line})
+        lib = ctypes.CDLL(paths[0]) if paths else None
+    except OSError:
+        return None
+    if lib is not None:
+        lib.cublasLtMatmul.argtypes = [ctypes.c_void_p] * 14 + [ctypes.c_size_t, ctypes.c_void_p]
+    return lib
+
+
+def _index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 def _check(status: int, what: str) -> None:
@@ -74,20 +81,20 @@ def _check(status: int, what: str) -> None:
 def _handle(lib, device: int) -> ctypes.c_void_p | None:
     """The device's handle, made here unless a CUDA graph is being captured (its making may
     allocate on the device: ``prepare`` makes it before), else None."""
-    if device not in _state:
+    if device not in _handles:
         if torch.cuda.is_current_stream_capturing():
             return None
         handle = ctypes.c_void_p()
         with torch.cuda.device(device):
             _check(lib.cublasLtCreate(ctypes.byref(handle)), "cublasLtCreate")
-        _state[device] = handle
-    return _state[device]
+        _handles[device] = handle
+    return _handles[device]
 
 
 def prepare(device: torch.device) -> None:
     """The library found and ``device``'s handle made (outside a capture), once."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _state:
+    index = _index(device)
+    if index not in _handles:
         with _lock:
             lib = _library()
             if lib is not None:
@@ -177,7 +184,7 @@ def matmul(mat1: torch.Tensor, mat2: torch.Tensor, bias: torch.Tensor | None, ou
     if lib is None:
         return False
     key = (_DTYPES[out.dtype], a, b, (n, m, out.stride(0)), bias_ptr)
-    device = out.device.index if out.device.index is not None else torch.cuda.current_device()
+    device = _index(out.device)
     with _lock:
         handle = _handle(lib, device)
         if handle is None:

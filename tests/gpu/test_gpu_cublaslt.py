@@ -67,10 +67,10 @@ def test_the_program_calls_it_only_while_a_graph_is_captured(monkeypatch):
     out, taken = torch.empty(2048, 1024, device="cuda", dtype=torch.float16), []
     real = cublaslt.matmul
     monkeypatch.setattr(cublaslt, "matmul", lambda *args: taken.append(args) or real(*args))
-    cublaslt._state.pop(torch.cuda.current_device(), None)  # as in a fresh process: no handle yet
+    cublaslt._handles.pop(torch.cuda.current_device(), None)  # as in a fresh process: no handle yet
     cublaslt._plans.clear()  # the plan is made in the capture, as the package's are
     ops.addmm_lt(b, mat1, mat2, out=out)  # op by op (a graph's warm-up): torch's call; the handle made
-    assert not taken and torch.cuda.current_device() in cublaslt._state
+    assert not taken and torch.cuda.current_device() in cublaslt._handles
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         ops.addmm_lt(b, mat1, mat2, out=out)
@@ -79,3 +79,4 @@ def test_the_program_calls_it_only_while_a_graph_is_captured(monkeypatch):
     graph.replay()
     torch.cuda.synchronize()
     assert relative_error(out.float(), torch.addmm(b, mat1, mat2).float()) <= 2e-3
+
