@@ -33,6 +33,9 @@ OP = "aotcombo::fused_linear"
 # specialized loop: the epilogue still adds its 55-60 us. So cuBLAS keeps the large linears. H100, 2026-12-05
 # (torch's profiler, BERT-base at 32 x 512): Inductor's GELU kernel after it now takes 68 us a layer, at the
 # copy's bandwidth (a copy of its 201 MB: 70 us): less than the GELU costs inside the fused kernel.
+# Nor do row chunks pay (benchmarks/ffn_chunk_probe.py, H100, 2026-12-05, addmm -> GELU -> addmm, us):
+# 16384 rows whole 303, in 2 / 4 / 8 chunks sharing one intermediate (kept in L2) 314 / 331 / 378;
+# 8192 rows 156 / 164 / 186 / 233: the GEMMs lose more on fewer rows than the GELU gains from L2.
 # Few rows, large weights (benchmarks/skinny_gemm_probe.py, H200, 2026-12-03, CUDA graphs, us; the best of
 # 32 configs: [BLOCK_M, BLOCK_N, BLOCK_K] in {64, 128}^3, K split 1-8 ways, the last program of a tile
 # summing the float32 partials): against cuBLAS, the 1B's q/k/v at 128 rows 7.97 / 6.58, o 7.69 / 6.19,
