@@ -215,7 +215,7 @@ def _grow_epilogue(graph, roots: dict, matmul, order: dict, m, n: int):
             continue
         val = _val(node)
         if (not isinstance(val, torch.Tensor) or not val.is_floating_point() or val.dim() == 0
-                or not statically_known_true(val.numel() == m * n) or val.shape[-1] != n):
+                or not statically_known_true(val.numel() == m * n) or not statically_known_true(val.shape[-1] == n)):
             continue
         if node.target in _ROW_VIEWS and node.args[0] in members:
             members[node] = ("copy", [node.args[0]])
