@@ -4,6 +4,7 @@
     .venv/bin/python scripts/model_sweep.py [CASE ...] --wheels .carry/sweep --no-interpret   (for the GPU)
     .venv/bin/python scripts/model_sweep.py --dynamic [CASE ...]   (token cases: a dynamic batch and length)
     .venv/bin/python scripts/model_sweep.py --dtype bfloat16 [CASE ...]   (each case in 16-bit floats)
+    .venv/bin/python scripts/model_sweep.py --dynamic --dtype bfloat16 [CASE ...]   (both)
 
 Each case is a small config of a real model (transformers, timm, torchvision) or a construct
 (RNNs, attention modules, FFT, weight norm, ...) with random weights and inputs. It is built
@@ -36,7 +37,13 @@ match (worst 0.52 of its limit, torchvision's MNASNet), and Marian stops at tran
 guard, a branch on the activations' values whose error now says to build in bfloat16 (trace/diagnosis.py).
 On an H100 (torch 2.11, tests/gpu/test_gpu_sweep.py; the cases whose wheel is at most 8 MB: 67 in bfloat16,
 66 in float16) every 16-bit package matched float32 eager within its limit, op by op and in graph mode,
-but Mixtral in bfloat16 (1.29e-2 against 1e-2: the same routing tie).
+but Mixtral in bfloat16 (1.29e-2 against 1e-2: the same routing tie). The 2026-12-05 sweep with --dynamic
+--dtype bfloat16 (14 token cases, 8 sizes each) found no wrong result: 9 matched (worst 0.54 of its
+limit), Gemma 2 and DeBERTa were refused for a guard of our linear rewrite (Ne(seq, 32): a tensor of as many
+elements as a product read as its width; fixed, linear/match.py, both then match), and GPT-J, GPT-BigCode
+and Llama for sequence classification are refused at lengths not a multiple of 8: Inductor pads the
+memory-efficient attention's mask rows to 8 elements and compares their strides with the example's (the
+same models build in float32; not fixed).
 The cases that earned a place are now
 zoo models (sample_models/zoo/),
 checked on the GPU. No GPU needed; a few minutes per large vision model (the interpreter is slow).
@@ -45,6 +52,7 @@ checked on the GPU. No GPU needed; a few minutes per large vision model (the int
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 import time
@@ -121,11 +129,13 @@ def _failed(name: str, exc: BaseException) -> dict:
             "where": traceback.format_exc().splitlines()[-3:]}
 
 
-def check_dynamic(name: str, out: Path) -> dict:
+def check_dynamic(name: str, out: Path, dtype: torch.dtype | None = None) -> dict:
     """Build a token case with ``DYNAMIC`` ranges over its batch and sequence axes and compare
     its interpreted program with eager at ``DYNAMIC_SIZES`` (padded masks): one program for
     every size (and the few-token one where a call is in it). A case of float inputs: a dynamic
-    batch alone (dim 0), checked at batches 1, 3 and 4."""
+    batch alone (dim 0), checked at batches 1, 3 and 4. With ``dtype`` (16 bits) the model and its
+    float inputs are cast, and each output is held, as ``check_half`` holds it, to max(1e-2, 2 x
+    the ``dtype`` eager model's own error) against float32 eager at that size."""
     from aotcombo.builder.pipeline import build_package
     from aotcombo.runtime.manifest import Dynamic
     from aotcombo.tools import interpret
@@ -136,6 +146,10 @@ def check_dynamic(name: str, out: Path) -> dict:
         tokens = token_case(example)
         if not tokens and not all(t.is_floating_point() for t in example):
             return {"case": name, "ok": True, "skipped": "neither token ids nor float inputs"}
+        reference = model
+        if dtype is not None:
+            reference = copy.deepcopy(model)
+            model, example = model.to(dtype), _cast(example, dtype)
         shapes, axes = (Dynamic(**DYNAMIC), _dynamic_axes(model, example)) if tokens else \
             (Dynamic(batch=DYNAMIC["batch"]), None)  # dim 0 of every input
         result = build_package(model, example, arch=["sm_90"], name=f"sweep_{name}_dyn", out=out / name,
@@ -145,15 +159,22 @@ def check_dynamic(name: str, out: Path) -> dict:
             gen = torch.Generator().manual_seed(batch)
             inputs = padded_tokens(example, batch, seq, seed=100 * batch + seq) if tokens else \
                 tuple(torch.randn((batch, *t.shape[1:]), generator=gen) for t in example)
+            limits = None
             with torch.no_grad():
-                ref = model(*inputs)
+                ref = reference(*inputs)
+                if dtype is not None:
+                    inputs = _cast(inputs, dtype)
+                    limits = [max(1e-2, 2 * e) for e in output_errors(model(*inputs), ref)]
             tokens_in = batch * seq if tokens else None  # the few-token program: token calls that fit it
             variants = [0] + [i for i, v in enumerate(result.variants) if v.max_tokens and tokens_in
                               and tokens_in <= v.max_tokens]
+            got = [output_errors(interpret.run_variant(result, v, inputs), ref) for v in variants]
             errors[f"{batch}x{seq}" if tokens else f"batch {batch}"] = max(
-                max(output_errors(interpret.run_variant(result, v, inputs), ref)) for v in variants)
+                max(e if limits is None else e / limit for e, limit in zip(g, limits or g)) for g in got)
         worst = max(errors.values())
-        return {"case": name, "ok": worst <= 1e-4, "max_error": worst, "errors": errors,
+        # float32: the largest error, within 1e-4; 16 bits: the largest error over its limit, within 1
+        return {"case": name, "ok": worst <= (1e-4 if dtype is None else 1.0),
+                ("max_error" if dtype is None else "worst_over_limit"): worst, "errors": errors,
                 "programs": len(result.variants), "seconds": round(time.perf_counter() - start, 1)}
     except Exception as exc:  # noqa: BLE001 - a sweep records every failure and goes on
         return _failed(name, exc)
@@ -253,7 +274,8 @@ def main() -> None:
                         "sizes with padded masks; float cases with a dynamic batch, checked at 3")
     parser.add_argument("--dtype", choices=("bfloat16", "float16"),
                         help="build each case in this dtype (model and floating inputs cast) and compare with eager in "
-                        "float32 within max(1e-2, 2 x the dtype eager model's own error)")
+                        "float32 within max(1e-2, 2 x the dtype eager model's own error); with --dynamic, at each "
+                        "of its sizes")
     parser.add_argument("--no-interpret", action="store_true",
                         help="build only (with --wheels: for the GPU check); no comparison under the interpreter")
     args = parser.parse_args()
@@ -266,7 +288,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="aotcombo-sweep-") as tmp:
         for name in args.cases:
             if args.dynamic:
-                rows.append(check_dynamic(name, args.wheels or Path(tmp)))
+                rows.append(check_dynamic(name, args.wheels or Path(tmp), args.dtype and getattr(torch, args.dtype)))
             elif args.dtype:
                 rows.append(check_half(name, args.wheels or Path(tmp), getattr(torch, args.dtype),
                                        interpret_check=not args.no_interpret))
