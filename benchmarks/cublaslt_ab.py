@@ -2,9 +2,10 @@
 """The runtime's cuBLASLt path (``runtime/cublaslt.py``) under other settings, A/B in one process:
 the same package loaded once under each (its CUDA graphs captured under it: the path is taken only
 in a capture, its plans made then), the loads timed call by call in turn, median ms a call.
-``--compare rows``: ``MIN_ROWS`` 1024, 4096 and the path never taken (torch's call).
+``--compare rows``: ``MIN_ROWS`` 1024, 4096 and the path never taken (torch's call); ``--compare
+rule``: the algorithm by ``PREFERRED`` (as built), the heuristic's first, and torch's call.
 
-    PYTHONPATH=<site with the wheels>:. python3 benchmarks/cublaslt_ab.py [--compare rows] bert_dyn full/sd_unet ...
+    PYTHONPATH=<site with the wheels>:. python3 benchmarks/cublaslt_ab.py [--compare rule] bert_dyn full/sd_unet ...
 
 ``bert_dyn``: ``full_bert_base_dyn`` (``scripts/build_axes.py --no-exact``) at the shapes of
 ``axes_bench.py`` with 1024 tokens or more; other names as ``zoo_bench.py`` takes them (``full/MODEL``:
@@ -24,13 +25,14 @@ from aotcombo.testing.gpu import import_package  # noqa: E402
 from aotcombo.testing.timing import time_synced_interleaved, warm_up  # noqa: E402
 
 NEVER = 1 << 40  # rows: the path never taken
-COMPARE = {"rows": {"1024": {"MIN_ROWS": 1024}, "4096": {"MIN_ROWS": 4096}, "torch's": {"MIN_ROWS": NEVER}}}
+COMPARE = {"rows": {"1024": {"MIN_ROWS": 1024}, "4096": {"MIN_ROWS": 4096}, "torch's": {"MIN_ROWS": NEVER}},
+           "rule": {"rule": {}, "first": {"PREFERRED": {}}, "torch's": {"MIN_ROWS": NEVER}}}
 
 
 def loads(package, weights, sets_by_shape: list, variants: dict) -> dict:
     """The package loaded under each variant's settings, each shape's graph captured under them."""
     lt = importlib.import_module(package.__name__ + "._runtime.cublaslt")
-    defaults, fns = {name: getattr(lt, name) for name in {n for v in variants.values() for n in v}}, {}
+    defaults, fns = {name: getattr(lt, name) for name in ("MIN_ROWS", "PREFERRED")}, {}
     for label, settings in variants.items():
         for name, value in {**defaults, **settings}.items():
             setattr(lt, name, value)
@@ -51,7 +53,7 @@ def report(label: str, fns: dict, sets, calls: int = 200) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("models", nargs="+")
-    parser.add_argument("--compare", choices=tuple(COMPARE), default="rows")
+    parser.add_argument("--compare", choices=tuple(COMPARE), default="rule")
     args = parser.parse_args()
     variants = COMPARE[args.compare]
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)

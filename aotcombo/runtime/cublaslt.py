@@ -22,9 +22,10 @@ ms): dynamic BERT-base 8 x 128 0.687 / 0.687, 16 x 256 1.769 / 1.769, 32 x 512 6
 The program calls it (``ops.addmm_lt``, ``mm_lt``) only while a CUDA graph is captured: op by op
 there is no graph node to save, and this Python call's host time (ctypes, sixteen arguments) would
 weigh more than a memset. The library is the one torch loaded (its path from ``/proc/self/maps``);
-descriptors and the heuristic's algorithm are made once per shape, strides and bias and kept
-(``_plans``). A call this path does not take (other dtypes, strides, alignment, no algorithm)
-returns False and the caller runs torch's op.
+descriptors and the algorithm are made once per shape, strides and bias and kept (``_plans``): the
+heuristic's first, or a configuration it offers that ``PREFERRED`` names for the GPU's arch (a rule
+measured here, no timing on the user's GPU). A call this path does not take (other dtypes, strides,
+alignment, no algorithm) returns False and the caller runs torch's op.
 """
 
 from __future__ import annotations
@@ -43,6 +44,18 @@ _TRANSA, _TRANSB, _EPILOGUE, _BIAS_POINTER = 3, 4, 7, 8  # cublasLtMatmulDescAtt
 _EPILOGUE_DEFAULT, _EPILOGUE_BIAS = 1, 4
 _PREF_MAX_WORKSPACE_BYTES = 1
 _MAX_PLANS = 4096  # kept descriptors: past that many (dynamic sizes op by op) they are made again
+_TILE_ID, _CUSTOM_OPTION, _CLUSTER_SHAPE_ID = 1, 5, 8  # cublasLtMatmulAlgoConfigAttributes_t
+OFFERS = 12  # the heuristic's algorithms looked through for a preferred one
+# By compute capability's major: a configuration taken wherever the heuristic offers it, before its
+# first. sm_90: 128 x 128 tiles (CUBLASLT_MATMUL_TILE_128x128), custom option 3, clusters of 1 x 2
+# (CUBLASLT_CLUSTER_SHAPE_1x2x1). H100, torch 2.11, 2026-12-05 (benchmarks/cublaslt_algos_probe.py,
+# fp16, BERT-base's four linears at 1024-16384 rows, every offer timed, two rounds): offered in 7 of
+# 28 cases, the fastest in all 7, 1.06-1.18x the first (FFN-up at 2048 / 4096 / 8192 rows 18.16 ->
+# 15.73, 35.96 -> 30.61, 69.97 -> 59.45 us; attention output at 8192 / 16384 18.32 -> 15.82, 38.16
+# -> 33.02; FFN-down 66.81 -> 63.24, 124.51 -> 116.62). Of the 14 other configurations offered in 4
+# or more cases, none was the fastest in more than half of them.
+PREFERRED = {9: ((_TILE_ID, ctypes.c_uint32, 20), (_CUSTOM_OPTION, ctypes.c_uint32, 3),
+                 (_CLUSTER_SHAPE_ID, ctypes.c_uint16, 5))}
 
 
 class _Heuristic(ctypes.Structure):
@@ -133,7 +146,7 @@ def _layout(lib, dtype: int, rows: int, cols: int, ld: int) -> ctypes.c_void_p:
     return layout
 
 
-def _plan(lib, handle, key: tuple):
+def _plan(lib, handle, key: tuple, preferred: tuple = ()):
     """(matmul descriptor, A, B, D layouts, algorithm) for ``key``, or None where the heuristic
     finds no algorithm that needs no workspace."""
     dtype, (op_a, a_rows, a_cols, lda), (op_b, b_rows, b_cols, ldb), (n, m, ldd), bias = key
@@ -150,8 +163,8 @@ def _plan(lib, handle, key: tuple):
     none = ctypes.c_uint64(0)
     _check(lib.cublasLtMatmulPreferenceSetAttribute(preference, _PREF_MAX_WORKSPACE_BYTES, ctypes.byref(none),
                                                     ctypes.sizeof(none)), "cublasLtMatmulPreferenceSetAttribute")
-    found, count = _Heuristic(), ctypes.c_int(0)
-    status = lib.cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, d, d, preference, 1, ctypes.byref(found),
+    offers, count = (_Heuristic * OFFERS)(), ctypes.c_int(0)
+    status = lib.cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, d, d, preference, OFFERS, offers,
                                                 ctypes.byref(count))
     lib.cublasLtMatmulPreferenceDestroy(preference)
     if status != 0 or count.value < 1:
@@ -159,7 +172,18 @@ def _plan(lib, handle, key: tuple):
             lib.cublasLtMatrixLayoutDestroy(layout)
         lib.cublasLtMatmulDescDestroy(desc)
         return None
-    return desc, a, b, d, found
+    offered = [offers[i] for i in range(count.value)]
+    return desc, a, b, d, next((o for o in offered if _is_preferred(lib, o.algo, preferred)), offered[0])
+
+
+def _is_preferred(lib, algo, preferred) -> bool:
+    """Whether ``algo``'s configuration has every (attribute, type, value) of ``preferred``."""
+    for attribute, kind, value in preferred:
+        got, written = kind(), ctypes.c_size_t()
+        if lib.cublasLtMatmulAlgoConfigGetAttribute(ctypes.byref(algo), attribute, ctypes.byref(got),
+                                                    ctypes.sizeof(got), ctypes.byref(written)) or got.value != value:
+            return False
+    return bool(preferred)
 
 
 def matmul(mat1: torch.Tensor, mat2: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> bool:
@@ -193,7 +217,8 @@ def matmul(mat1: torch.Tensor, mat2: torch.Tensor, bias: torch.Tensor | None, ou
         if plan is False:
             if len(_plans) >= _MAX_PLANS:
                 _drop_plans(lib)
-            plan = _plans[(device, key)] = _plan(lib, handle, key)
+            preferred = PREFERRED.get(torch.cuda.get_device_capability(device)[0], ())
+            plan = _plans[(device, key)] = _plan(lib, handle, key, preferred)
     if plan is None:
         return False
     desc, a_layout, b_layout, d_layout, found = plan

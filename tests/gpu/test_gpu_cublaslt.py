@@ -80,3 +80,22 @@ def test_the_program_calls_it_only_while_a_graph_is_captured(monkeypatch):
     torch.cuda.synchronize()
     assert relative_error(out.float(), torch.addmm(b, mat1, mat2).float()) <= 2e-3
 
+
+def test_the_plan_takes_the_preferred_configuration_where_offered():
+    """On an arch with a preference (``PREFERRED``: sm_90), a GEMM whose offers hold it (FFN-up of
+    BERT-base at 8192 rows: so on torch 2.11's cuBLAS, whose heuristic ranks another first) runs it
+    and matches torch."""
+    preferred = cublaslt.PREFERRED.get(torch.cuda.get_device_capability()[0])
+    if not preferred:
+        pytest.skip("no preferred configuration for this arch")
+    lib = cublaslt._library()
+    mat1, mat2, b = _operands(8192, 3072, 768, torch.float16, True, False)
+    out = torch.empty(8192, 3072, device="cuda", dtype=torch.float16)
+    cublaslt._plans.clear()
+    assert cublaslt.matmul(mat1, mat2, b, out)
+    ((device, key), plan), = cublaslt._plans.items()
+    assert cublaslt._is_preferred(lib, plan[-1].algo, preferred), "this cuBLAS does not offer it: remeasure"
+    torch.cuda.synchronize()
+    assert relative_error(out.float(), torch.addmm(b, mat1, mat2).float()) <= 2e-3
+    first = cublaslt._plan(lib, cublaslt._handle(lib, device), key)  # no preference: the heuristic's first
+    assert not cublaslt._is_preferred(lib, first[-1].algo, preferred)
