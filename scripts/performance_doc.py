@@ -45,7 +45,7 @@ SOURCES = {
     # benchmarks/shapes_bench.py: bucketed against dynamic packages
     "shapes": ["call_path/c_guard_final/shapes_bench.log"],
     # benchmarks/axes_bench.py: BERT-base with dynamic batch and sequence length against exact builds
-    "axes": ["axes_h100_cublaslt/axes_bench.jsonl"],
+    "axes": ["axes_h100_rule/axes_bench.jsonl"],
     # benchmarks/tp_bench.py under torchrun: a tensor-parallel decode step against one GPU and torch's own TP
     "tensor_parallel": ["tp/tp_bench_h100.jsonl", "tp/tp_bench_h100_glu.jsonl", "tp/tp_bench_h100_arsync.jsonl",
                         "tp/tp_bench_h100_cache.jsonl"],
@@ -230,10 +230,12 @@ def section_axes(results: Path) -> list[str]:
              "942, its norms 536, 8096 in all. The rest of the default call (7.26 ms then) was the gaps between "
              "147 kernels, 48 of them cuBLAS's memsets (a counter its persistent GEMMs need, zeroed before each): "
              "the large GEMMs now run through cuBLASLt with no workspace (`runtime/cublaslt.py`), the same tiles "
-             "scheduled statically with no memset, 7.294 -> 7.062 ms at 32 × 512 in an A/B run. reduce-overhead's "
-             "time moves from run to run: at 32 × 512 it took 9.343 ms in that A/B run (1.323× ours), 9.174 in the "
-             "run below (1.289×), 8.796 and 9.279 in two runs before the change. The run below is of the code as "
-             "it stands (H100, 2026-12-05)" + largest + "."), "",
+             "scheduled statically with no memset, 7.294 -> 7.062 ms at 32 × 512 in an A/B run; and where cuBLASLt "
+             "offers 128 × 128 tiles in clusters of 1 × 2 it takes them (`cublaslt.PREFERRED`), 7.19 -> 7.07 ms at "
+             "32 × 512 and 1.816 -> 1.756 at 16 × 256 in an A/B run (`benchmarks/cublaslt_ab.py --compare rule`). "
+             "reduce-overhead's time moves from run to run: at 32 × 512 it took 9.343 ms in one run (1.323× ours "
+             "then), 9.174, 8.796 and 9.279 in others, 9.147 in the run below. The run below is of the code as "
+             "it stands (H100, 2026-12-06)" + largest + "."), "",
             *lines, "", sources_line(results, SOURCES["axes"]), ""]
 
 
