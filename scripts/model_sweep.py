@@ -155,7 +155,7 @@ def check_dynamic(name: str, out: Path, dtype: torch.dtype | None = None) -> dic
             (Dynamic(batch=DYNAMIC["batch"]), None)  # dim 0 of every input
         result = build_package(model, example, arch=["sm_90"], name=f"sweep_{name}_dyn", out=out / name,
                                cache=True, shapes=shapes, dynamic_axes=axes)
-        errors = {}
+        errors, calls = {}, []
         for batch, seq in DYNAMIC_SIZES if tokens else ((1, None), (3, None), (4, None)):
             gen = torch.Generator().manual_seed(batch)
             inputs = padded_tokens(example, batch, seq, seed=100 * batch + seq) if tokens else \
@@ -169,9 +169,11 @@ def check_dynamic(name: str, out: Path, dtype: torch.dtype | None = None) -> dic
             tokens_in = batch * seq if tokens else None  # the few-token program: token calls that fit it
             variants = [0] + [i for i, v in enumerate(result.variants) if v.max_tokens and tokens_in
                               and tokens_in <= v.max_tokens]
+            calls.append(_expected_call(inputs, ref, limits))
             got = [output_errors(interpret.run_variant(result, v, inputs), ref) for v in variants]
             errors[f"{batch}x{seq}" if tokens else f"batch {batch}"] = max(
                 max(e if limits is None else e / limit for e, limit in zip(g, limits or g)) for g in got)
+        torch.save({"calls": calls}, out / name / "expected.pt")  # every size, for the GPU check
         worst = max(errors.values())
         # float32: the largest error, within 1e-4; 16 bits: the largest error over its limit, within 1
         return {"case": name, "ok": worst <= (1e-4 if dtype is None else 1.0),
@@ -211,6 +213,17 @@ def check(name: str, out: Path, interpret_check: bool = True) -> dict:
         return {**row, "seconds": round(time.perf_counter() - start, 1)}
     except Exception as exc:  # noqa: BLE001 - a sweep records every failure and goes on
         return _failed(name, exc)
+
+
+def _expected_call(inputs, ref, limits: list | None) -> dict:
+    """One call of ``expected.pt``: inputs, eager's output tensors, and in 16 bits each one's limit."""
+    tree = dict(ref) if isinstance(ref, dict) else ref
+    leaves = [t for t in _pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)]
+    call = {"inputs": list(inputs), "outputs": leaves}
+    if limits is not None:
+        per_leaf = iter(limits)
+        call["limits"] = [next(per_leaf) if t.is_floating_point() else None for t in leaves]
+    return call
 
 
 def _cast(tree, dtype: torch.dtype):

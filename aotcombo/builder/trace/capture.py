@@ -255,6 +255,7 @@ def _persistent_rows():
 def run_inductor(gm, fake_inputs, combo_kernels: bool = False, dynamic: bool = False):
     from . import activations
     from .direct import compile_without_retrace
+    from .layout_guards import padded_attention_masks
 
     import logging
     import tempfile
@@ -265,7 +266,8 @@ def run_inductor(gm, fake_inputs, combo_kernels: bool = False, dynamic: bool = F
     try:
         with tempfile.TemporaryDirectory(prefix="aotcombo-inductor-") as cache, quiet, mock.patch.dict(
             "os.environ", {"TORCHINDUCTOR_CACHE_DIR": cache}
-        ), _inductor_config(combo_kernels, dynamic), _install_capture(), _note_failing_node(), _persistent_rows():
+        ), _inductor_config(combo_kernels, dynamic), _install_capture(), _note_failing_node(), _persistent_rows(), \
+                padded_attention_masks():
             # Inductor's own GELU where its launches are counted (torch.compile's kernels)
             compile_without_retrace(gm, fake_inputs, {} if combo_kernels else activations.TABLE)
     except BaseException as exc:  # noqa: BLE001 - we look for our marker in the chain
