@@ -41,10 +41,11 @@ but Mixtral in bfloat16 (1.29e-2 against 1e-2: the same routing tie). The 2026-1
 --dtype bfloat16 (22 of the 33 token cases, 8 sizes each) found no wrong result: 16 matched (worst 0.59 of
 its limit), Gemma 2 and DeBERTa were refused for a guard of our linear rewrite (Ne(seq, 32): a tensor of as
 many elements as a product read as its width; fixed, linear/match.py, both then match), and GPT-J,
-GPT-BigCode, Qwen3-MoE and Llama for sequence classification are refused at lengths not a multiple of 8:
-Inductor pads the memory-efficient attention's mask rows to 8 elements and compares their strides with the
-example's (not fixed). In float32 too, now: with transformers 5.25.0 GPT-J and Qwen3-MoE are refused so at
-the commit whose float32 sweep built them, so the mask those models make changed, not aotcombo.
+GPT-BigCode, Qwen3-MoE and Llama for sequence classification were refused at lengths not a multiple of 8,
+in float32 too with transformers 5.25.0 (the causal mask they make from the ids is a whole [batch, 1, seq,
+seq] tensor): Inductor pads the memory-efficient attention's mask rows to 8 elements and compared their
+strides with the example's. Fixed (trace/layout_guards.padded_attention_masks): all four match in float32
+(worst 2.8e-7) and bfloat16 (worst 0.67 of its limit).
 The cases that earned a place are now
 zoo models (sample_models/zoo/),
 checked on the GPU. No GPU needed; a few minutes per large vision model (the interpreter is slow).
