@@ -257,12 +257,7 @@ def check_half(name: str, out: Path, dtype: torch.dtype, interpret_check: bool =
         result = build_package(model, _cast(example, dtype), arch=["sm_90"], name=f"sweep_{name}", out=out / name,
                                cache=True)
         limits = [max(1e-2, 2 * e) for e in eager]
-        leaves = [t for t in _pytree.tree_leaves(dict(ref) if isinstance(ref, dict) else ref)
-                  if isinstance(t, torch.Tensor)]
-        per_leaf = iter(limits)
-        torch.save({"inputs": list(half_inputs), "outputs": leaves,
-                    "limits": [next(per_leaf) if t.is_floating_point() else None for t in leaves]},
-                   out / name / "expected.pt")
+        torch.save(_expected_call(half_inputs, ref, limits), out / name / "expected.pt")
         row = {"case": name, "eager_error": max(eager, default=None),
                "launches": result.summary()["launches_per_forward"]}
         if interpret_check:
