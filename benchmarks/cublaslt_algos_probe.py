@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Every algorithm cuBLASLt's heuristic offers for a GEMM with no workspace (the runtime's path,
-``runtime/cublaslt.py``, takes its first), timed: is the first the fastest, and where it is not,
-which configuration is? The full-size models' linears (``--widths``: d768, BERT-base's, ViT-B/16's,
-GPT-2's and Whisper-small's; d1024, BERT-large's; llama1b, Llama 3.2 1B's) at their row counts,
+``runtime/cublaslt.py``, takes the one ``PREFERRED`` names where offered, else the first), timed: is
+the first the fastest, and where it is not, which configuration is? The full-size models' linears
+(``--widths``: d768, BERT-base's, ViT-B/16's, GPT-2's and Whisper-small's; d1024, BERT-large's;
+llama1b, Llama 3.2 1B's) at their row counts,
 ``torch.addmm`` (its workspace, its heuristic) beside them. Each algorithm: 20 calls in one CUDA
 graph, replays timed in turn, median us a call. On a machine with a GPU:
 
@@ -19,6 +20,12 @@ offers, two rounds): the first was the fastest in 7 of the 28 cases; elsewhere a
 cluster 5). No other configuration offered in 4 or more cases was the fastest in more than half of
 them. ``torch.addmm`` (its workspace) took within 0.6 % of the first below 4096 rows, and up to
 9.4 % longer from 4096 (there its heuristic picks persistent kernels, each with a memset).
+H100, 2026-12-06 (fp16, 24 offers, two rounds, d768, d1024 and llama1b at 1024, 1576, 4096 and 16384
+rows, 48 cases): that configuration was offered in 16 and the fastest in all 16 (1.00-1.18x the first:
+BERT-large's o at 4096 rows 16.36 -> 14.13 us, the 1B's gate/up at 1024 112.4 -> 103.8); the first was
+the fastest in 9. Where it was not offered, 256 x 128 tiles with custom option 7 and 1 x 2 clusters
+(tile 24, custom 7, cluster 5) were 1.004-1.048x the first in the 9 cases of 4096 rows or more, 0.92x in
+the one of fewer (d768's q/k/v at 1576).
 """
 from __future__ import annotations
 
