@@ -1,4 +1,5 @@
-"""torch decompositions that fix a dynamic axis to pick a memory layout, made not to.
+"""torch decompositions and Inductor layout constraints that fix a dynamic axis to pick a memory
+layout, made not to.
 
 ``F.interpolate(..., mode="nearest")`` decomposes (``torch._decomp``'s ``_upsample_nearest``)
 into an index and a copy to the input's suggested memory format, which on CUDA it then sets to
@@ -15,8 +16,9 @@ strides with the padded ones: a guard where the key length is a dynamic axis (``
 s**2)``, or ``Mod(s, 8) == 0``). The 2026-12-05 dynamic sweep met it where transformers builds a
 decoder's causal mask from the ids (GPT-J, GPT-BigCode, Qwen3-MoE, Llama for sequence
 classification): refused at lengths not a multiple of 8. ``padded_attention_masks`` copies such a
-mask once into rows padded to ``ceil(keys / 8) * 8`` elements first, which Inductor then takes
-as they are: what it does at any length the example does not share, at every length.
+mask once into rows padded to ``ceil(keys / 8) * 8`` elements first (a mask not yet in memory is
+computed into them), which Inductor then takes as they are: what it does at any length the example
+does not share, at every length.
 """
 
 from __future__ import annotations
@@ -104,7 +106,8 @@ def _copy_into(mask, strides):
 
 def padded_attention_masks():
     """While Inductor lowers: a mask of the memory-efficient attention whose key length is a
-    dynamic axis's, if already in memory, copied into padded rows first (no guard on the length)."""
+    dynamic axis's and that broadcasts over no dim, copied into padded rows first (no guard on the
+    length)."""
     table = getattr(lowering, "_maybe_layout_constraints", None)
     if not isinstance(table, dict) or _EFFICIENT not in table:
         return contextlib.nullcontext()  # another torch: its own constraints
