@@ -29,9 +29,7 @@ from unittest import mock
 
 import torch
 from torch._decomp import decompositions
-from torch._inductor import ir, lowering
 from torch._prims_common import suggest_memory_format
-from torch._inductor.virtualized import V
 
 aten = torch.ops.aten
 
@@ -77,6 +75,8 @@ def _padded_mask_first(constraint):
 def _needs_padded_copy(mask, fx_mask) -> bool:
     """A mask whose key length is a dynamic axis's, no dim of it broadcast (a stride 0 over more
     than one element: copied, it would grow)."""
+    from torch._inductor import ir
+
     if not isinstance(mask, ir.TensorBox) or not isinstance(fx_mask, torch.fx.Node):
         return False
     val = fx_mask.meta.get("val")
@@ -87,17 +87,20 @@ def _needs_padded_copy(mask, fx_mask) -> bool:
 
 def _padded_like(val: torch.Tensor) -> torch.Tensor:
     """A fake tensor of ``val``'s sizes in rows of ``ceil(keys / 8) * 8`` elements, the other dims dense."""
+    from torch._inductor.virtualized import V
+
     strides, step = [1], (val.shape[-1] + _ALIGNMENT - 1) // _ALIGNMENT * _ALIGNMENT
-    for n in reversed(val.shape[1:-1]):
+    for n in reversed(val.shape[:-1]):
         strides.insert(0, step)
         step = step * n
-    strides.insert(0, step)
     with V.fake_mode:
         return val.new_empty_strided(val.shape, strides)
 
 
 def _copy_into(mask, strides):
     """``mask`` copied into a buffer of ``strides`` (SymInts)."""
+    from torch._inductor import ir
+
     exact = [s.node.expr if isinstance(s, torch.SymInt) else s for s in strides]
     copy = ir.ExternKernel.copy_input(mask)
     ir.as_storage_and_layout(copy, freeze=True, want_contiguous=False, exact_strides=exact)
@@ -107,7 +110,9 @@ def _copy_into(mask, strides):
 def padded_attention_masks():
     """While Inductor lowers: a mask of the memory-efficient attention whose key length is a
     dynamic axis's and that broadcasts over no dim, copied into padded rows first (no guard on the
-    length)."""
+    length). Inductor is imported here, while a build runs, not with this module."""
+    from torch._inductor import lowering
+
     table = getattr(lowering, "_maybe_layout_constraints", None)
     if not isinstance(table, dict) or _EFFICIENT not in table:
         return contextlib.nullcontext()  # another torch: its own constraints
