@@ -23,7 +23,7 @@ The program calls it (``ops.addmm_lt``, ``mm_lt``) only while a CUDA graph is ca
 there is no graph node to save, and this Python call's host time (ctypes, sixteen arguments) would
 weigh more than a memset. The library is the one torch loaded (its path from ``/proc/self/maps``);
 descriptors and the algorithm are made once per shape, strides and bias and kept (``_plans``): the
-heuristic's first, or a configuration it offers that ``PREFERRED`` names for the GPU's arch (a rule
+heuristic's first, or the configurations it offers that ``PREFERRED`` names for the GPU's arch (a rule
 measured here, no timing on the user's GPU). A call this path does not take (other dtypes, strides,
 alignment, no algorithm) returns False and the caller runs torch's op.
 """
@@ -46,8 +46,9 @@ _PREF_MAX_WORKSPACE_BYTES = 1
 _MAX_PLANS = 4096  # kept descriptors: past that many (dynamic sizes op by op) they are made again
 _TILE_ID, _CUSTOM_OPTION, _CLUSTER_SHAPE_ID = 1, 5, 8  # cublasLtMatmulAlgoConfigAttributes_t
 OFFERS = 12  # the heuristic's algorithms looked through for a preferred one
-# By compute capability's major: a configuration taken wherever the heuristic offers it, before its
-# first. sm_90: 128 x 128 tiles (CUBLASLT_MATMUL_TILE_128x128), custom option 3, clusters of 1 x 2
+# By compute capability's major: (rows from, configuration) in order of preference; a GEMM of at
+# least that many rows takes the first configuration the heuristic offers, else its first.
+# sm_90, first: 128 x 128 tiles (CUBLASLT_MATMUL_TILE_128x128), custom option 3, clusters of 1 x 2
 # (CUBLASLT_CLUSTER_SHAPE_1x2x1). H100, torch 2.11, 2026-12-05 (benchmarks/cublaslt_algos_probe.py,
 # fp16, BERT-base's four linears at 1024-16384 rows, every offer timed, two rounds): offered in 7 of
 # 28 cases, the fastest in all 7, 1.06-1.18x the first (FFN-up at 2048 / 4096 / 8192 rows 18.16 ->
@@ -56,8 +57,15 @@ OFFERS = 12  # the heuristic's algorithms looked through for a preferred one
 # or more cases, none was the fastest in more than half of them. Again on 2026-12-06 (24 offers,
 # BERT-base's, BERT-large's and Llama 3.2 1B's linears at 1024 / 1576 / 4096 / 16384 rows, 48 cases):
 # offered in 16, the fastest in all 16, 1.00-1.18x the first; never offered at 1576 rows.
-PREFERRED = {9: ((_TILE_ID, ctypes.c_uint32, 20), (_CUSTOM_OPTION, ctypes.c_uint32, 3),
-                 (_CLUSTER_SHAPE_ID, ctypes.c_uint16, 5))}
+# sm_90, second, from 4096 rows: 256 x 128 tiles (CUBLASLT_MATMUL_TILE_256x128), custom option 7,
+# clusters of 1 x 2. The same 2026-12-06 run: where the first was not offered, it was 1.004-1.048x the
+# heuristic's first in all 9 cases of 4096 rows or more (BERT-base's q/k/v at 16384 rows 103.9 -> 101.3
+# us, FFN-up 137.0 -> 134.9; the 1B's q/k/v 334.2 -> 318.9), 0.92x in the one below (BERT-base's q/k/v
+# at 1576 rows).
+PREFERRED = {9: ((0, ((_TILE_ID, ctypes.c_uint32, 20), (_CUSTOM_OPTION, ctypes.c_uint32, 3),
+                      (_CLUSTER_SHAPE_ID, ctypes.c_uint16, 5))),
+                 (4096, ((_TILE_ID, ctypes.c_uint32, 24), (_CUSTOM_OPTION, ctypes.c_uint32, 7),
+                         (_CLUSTER_SHAPE_ID, ctypes.c_uint16, 5))))}
 
 
 class _Heuristic(ctypes.Structure):
@@ -148,7 +156,7 @@ def _layout(lib, dtype: int, rows: int, cols: int, ld: int) -> ctypes.c_void_p:
     return layout
 
 
-def _plan(lib, handle, key: tuple, preferred: tuple = ()):
+def _plan(lib, handle, key: tuple, preferences: tuple = ()):
     """(matmul descriptor, A, B, D layouts, algorithm) for ``key``, or None where the heuristic
     finds no algorithm that needs no workspace."""
     dtype, (op_a, a_rows, a_cols, lda), (op_b, b_rows, b_cols, ldb), (n, m, ldd), bias = key
@@ -174,8 +182,22 @@ def _plan(lib, handle, key: tuple, preferred: tuple = ()):
             lib.cublasLtMatrixLayoutDestroy(layout)
         lib.cublasLtMatmulDescDestroy(desc)
         return None
-    offered = [offers[i] for i in range(count.value)]
-    return desc, a, b, d, next((o for o in offered if _is_preferred(lib, o.algo, preferred)), offered[0])
+    return desc, a, b, d, _choice(lib, [offers[i] for i in range(count.value)], preferences)
+
+
+def _preferences(major: int, rows: int) -> tuple:
+    """The configurations ``PREFERRED`` names for a GEMM of ``rows`` on an arch of this major, in order."""
+    return tuple(config for least, config in PREFERRED.get(major, ()) if rows >= least)
+
+
+def _choice(lib, offered: list, preferences: tuple):
+    """The first of ``offered`` with the first of ``preferences`` (configurations) any of them has,
+    else the heuristic's first."""
+    for preferred in preferences:
+        for offer in offered:
+            if _is_preferred(lib, offer.algo, preferred):
+                return offer
+    return offered[0]
 
 
 def _is_preferred(lib, algo, preferred) -> bool:
@@ -219,8 +241,8 @@ def matmul(mat1: torch.Tensor, mat2: torch.Tensor, bias: torch.Tensor | None, ou
         if plan is False:
             if len(_plans) >= _MAX_PLANS:
                 _drop_plans(lib)
-            preferred = PREFERRED.get(torch.cuda.get_device_capability(device)[0], ())
-            plan = _plans[(device, key)] = _plan(lib, handle, key, preferred)
+            major = torch.cuda.get_device_capability(device)[0]
+            plan = _plans[(device, key)] = _plan(lib, handle, key, _preferences(major, m))
     if plan is None:
         return False
     desc, a_layout, b_layout, d_layout, found = plan

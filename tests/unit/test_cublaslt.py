@@ -1,7 +1,8 @@
 """The runtime's cuBLASLt path (runtime/cublaslt.py) without a GPU: how a row-major operand maps
 to cuBLASLt's column-major one, and that a call it cannot take (here: on the CPU) runs nothing, so
 that the program's ``addmm_lt`` / ``mm_lt`` run torch's op and match it; which offered algorithm
-the arch's rule (``PREFERRED``) takes (the GPU side: tests/gpu/test_gpu_cublaslt.py)."""
+the arch's rules (``PREFERRED``, in order, each from its row count) take (the GPU side:
+tests/gpu/test_gpu_cublaslt.py)."""
 
 import ctypes
 
@@ -30,21 +31,28 @@ def test_cpu_calls_run_torchs_op():
 
 
 class _FakeLib:
-    """cublasLtMatmulAlgoConfigGetAttribute over a dict of an algorithm's attributes."""
+    """cublasLtMatmulAlgoConfigGetAttribute over each algorithm's attributes (a dict, by its address)."""
 
-    def __init__(self, attributes: dict):
+    def __init__(self, attributes: dict | list):
         self.attributes = attributes
 
     def cublasLtMatmulAlgoConfigGetAttribute(self, algo, attribute, buf, size, written):
-        if attribute not in self.attributes:
+        attributes = self.attributes if isinstance(self.attributes, dict) else \
+            self.attributes[[ctypes.addressof(a) for a, _ in self.attributes].index(ctypes.addressof(algo._obj))][1]
+        if attribute not in attributes:
             return 7  # CUBLAS_STATUS_INVALID_VALUE
-        buf._obj.value = self.attributes[attribute]
+        buf._obj.value = attributes[attribute]
         return 0
 
 
+def _rules() -> list:
+    """sm_90's configurations in order of preference, each as {attribute: value}."""
+    return [{attribute: value for attribute, _, value in config} for _, config in cublaslt.PREFERRED[9]]
+
+
 def test_an_algorithm_is_preferred_only_with_every_attribute_of_the_rule():
-    (preferred,) = cublaslt.PREFERRED.values()
-    wanted = {attribute: value for attribute, _, value in preferred}
+    (_, preferred), *_ = cublaslt.PREFERRED[9]
+    wanted = _rules()[0]
     algo = (ctypes.c_uint64 * 8)()
     assert cublaslt._is_preferred(_FakeLib(wanted), algo, preferred)
     for attribute in wanted:  # one attribute off, or one the library does not report
@@ -52,3 +60,32 @@ def test_an_algorithm_is_preferred_only_with_every_attribute_of_the_rule():
         assert not cublaslt._is_preferred(_FakeLib({a: v for a, v in wanted.items() if a != attribute}), algo,
                                           preferred)
     assert not cublaslt._is_preferred(_FakeLib(wanted), algo, ())  # no rule: the heuristic's first
+
+
+class _Offer(ctypes.Structure):
+    _fields_ = [("algo", ctypes.c_uint64 * 8)]
+
+
+def test_the_first_preference_offered_is_taken_in_order_else_the_heuristics_first():
+    first, second = _rules()
+    other = {attribute: value + 1 for attribute, value in first.items()}
+    configs = tuple(config for _, config in cublaslt.PREFERRED[9])
+
+    def choice(*kinds, preferences=configs):
+        offered = [_Offer() for _ in kinds]
+        lib = _FakeLib([(offer.algo, kind) for offer, kind in zip(offered, kinds)])
+        return offered.index(cublaslt._choice(lib, offered, preferences))
+
+    assert choice(other, second, first) == 2  # the first preference, wherever the heuristic ranks it
+    assert choice(other, second, other) == 1  # else the second
+    assert choice(other, other) == 0  # else the heuristic's first
+    assert choice(other, second, first, preferences=()) == 0  # no rule (another arch, or too few rows)
+    assert choice(other, second, first, preferences=configs[:1]) == 2
+
+
+def test_the_second_preference_waits_for_its_rows():
+    first, second = (config for _, config in cublaslt.PREFERRED[9])
+    assert cublaslt._preferences(9, 1024) == (first,)
+    assert cublaslt._preferences(9, 4095) == (first,)
+    assert cublaslt._preferences(9, 4096) == (first, second)
+    assert cublaslt._preferences(8, 16384) == ()  # no rule measured for sm_8x: the heuristic's first
