@@ -81,23 +81,34 @@ def test_the_program_calls_it_only_while_a_graph_is_captured(monkeypatch):
     assert relative_error(out.float(), torch.addmm(b, mat1, mat2).float()) <= 2e-3
 
 
+def _planned(m: int, n: int, k: int):
+    """A fresh plan for the fp16 linear [m, k] x [k, n] + bias (the weight a transposed view), run
+    and checked against torch: (the library, the device's index, the plan's key, the plan)."""
+    lib = cublaslt._library()
+    mat1, mat2, b = _operands(m, n, k, torch.float16, True, False)
+    out = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    cublaslt._plans.clear()
+    assert cublaslt.matmul(mat1, mat2, b, out)
+    ((device, key), plan), = cublaslt._plans.items()
+    torch.cuda.synchronize()
+    assert relative_error(out.float(), torch.addmm(b, mat1, mat2).float()) <= 2e-3
+    return lib, device, key, plan
+
+
+def _rules() -> tuple:
+    rules = cublaslt.PREFERRED.get(torch.cuda.get_device_capability()[0], ())
+    if not rules:
+        pytest.skip("no preferred configuration for this arch")
+    return tuple(config for _, config in rules)
+
+
 def test_the_plan_takes_the_preferred_configuration_where_offered():
     """On an arch with a preference (``PREFERRED``: sm_90), a GEMM whose offers hold it (FFN-up of
     BERT-base at 8192 rows: so on torch 2.11's cuBLAS, whose heuristic ranks another first) runs it
     and matches torch."""
-    rules = cublaslt.PREFERRED.get(torch.cuda.get_device_capability()[0])
-    if not rules:
-        pytest.skip("no preferred configuration for this arch")
-    preferred = rules[0][1]
-    lib = cublaslt._library()
-    mat1, mat2, b = _operands(8192, 3072, 768, torch.float16, True, False)
-    out = torch.empty(8192, 3072, device="cuda", dtype=torch.float16)
-    cublaslt._plans.clear()
-    assert cublaslt.matmul(mat1, mat2, b, out)
-    ((device, key), plan), = cublaslt._plans.items()
+    preferred = _rules()[0]
+    lib, device, key, plan = _planned(8192, 3072, 768)
     assert cublaslt._is_preferred(lib, plan[-1].algo, preferred), "this cuBLAS does not offer it: remeasure"
-    torch.cuda.synchronize()
-    assert relative_error(out.float(), torch.addmm(b, mat1, mat2).float()) <= 2e-3
     first = cublaslt._plan(lib, cublaslt._handle(lib, device), key)  # no preference: the heuristic's first
     assert not cublaslt._is_preferred(lib, first[-1].algo, preferred)
 
@@ -105,17 +116,9 @@ def test_the_plan_takes_the_preferred_configuration_where_offered():
 def test_the_plan_takes_the_second_preference_where_the_first_is_not_offered():
     """BERT-base's q/k/v at 16384 rows: torch 2.11's cuBLAS offers sm_90's second configuration (256 x
     128 tiles, from 4096 rows) but not its first; the plan takes the second and matches torch."""
-    rules = cublaslt.PREFERRED.get(torch.cuda.get_device_capability()[0], ())
+    rules = _rules()
     if len(rules) < 2:
         pytest.skip("no second preference for this arch")
-    (_, first), (_, second) = rules[:2]
-    lib = cublaslt._library()
-    mat1, mat2, b = _operands(16384, 2304, 768, torch.float16, True, False)
-    out = torch.empty(16384, 2304, device="cuda", dtype=torch.float16)
-    cublaslt._plans.clear()
-    assert cublaslt.matmul(mat1, mat2, b, out)
-    ((_, key), plan), = cublaslt._plans.items()
-    assert cublaslt._is_preferred(lib, plan[-1].algo, second), "this cuBLAS does not offer it: remeasure"
-    assert not cublaslt._is_preferred(lib, plan[-1].algo, first)
-    torch.cuda.synchronize()
-    assert relative_error(out.float(), torch.addmm(b, mat1, mat2).float()) <= 2e-3
+    lib, _, _, plan = _planned(16384, 2304, 768)
+    assert cublaslt._is_preferred(lib, plan[-1].algo, rules[1]), "this cuBLAS does not offer it: remeasure"
+    assert not cublaslt._is_preferred(lib, plan[-1].algo, rules[0])
