@@ -3,7 +3,8 @@
 the same package loaded once under each (its CUDA graphs captured under it: the path is taken only
 in a capture, its plans made then), the loads timed call by call in turn, median ms a call.
 ``--compare rows``: ``MIN_ROWS`` 1024, 4096 and the path never taken (torch's call); ``--compare
-rule``: the algorithm by ``PREFERRED`` (as built), the heuristic's first, and torch's call.
+rule``: the algorithm by ``PREFERRED`` (as built), the heuristic's first, and torch's call; ``--compare
+second``: ``PREFERRED`` as built against its first preference alone.
 
     PYTHONPATH=<site with the wheels>:. python3 benchmarks/cublaslt_ab.py [--compare rule] bert_dyn full/sd_unet ...
 
@@ -26,7 +27,9 @@ from aotcombo.testing.timing import time_synced_interleaved, warm_up  # noqa: E4
 
 NEVER = 1 << 40  # rows: the path never taken
 COMPARE = {"rows": {"1024": {"MIN_ROWS": 1024}, "4096": {"MIN_ROWS": 4096}, "torch's": {"MIN_ROWS": NEVER}},
-           "rule": {"rule": {}, "first": {"PREFERRED": {}}, "torch's": {"MIN_ROWS": NEVER}}}
+           "rule": {"rule": {}, "first": {"PREFERRED": {}}, "torch's": {"MIN_ROWS": NEVER}},
+           # a setting given as a function: of the module's own value
+           "second": {"both": {}, "first only": {"PREFERRED": lambda rules: {k: v[:1] for k, v in rules.items()}}}}
 
 
 def loads(package, weights, sets_by_shape: list, variants: dict) -> dict:
@@ -35,7 +38,7 @@ def loads(package, weights, sets_by_shape: list, variants: dict) -> dict:
     defaults, fns = {name: getattr(lt, name) for name in ("MIN_ROWS", "PREFERRED")}, {}
     for label, settings in variants.items():
         for name, value in {**defaults, **settings}.items():
-            setattr(lt, name, value)
+            setattr(lt, name, value(defaults[name]) if callable(value) else value)
         lt._plans.clear()  # made again under these settings (graphs captured before keep theirs)
         fns[label] = package.load("cuda", weights=weights)
         for sets in sets_by_shape:
