@@ -199,23 +199,23 @@ def checked(r: kernels_linear_recipe.Recipe, device, directory: Path):
     return sets, launch, kernel, check, ref, relative_error(check["out"], ref)
 
 
-def time_graph(step, sets) -> float:
-    """Median microseconds per call of ``step(tensors)``, from CUDA-graph replays."""
+def time_graph(step, sets, calls: int = CALLS, replays: int = REPLAYS) -> float:
+    """Median microseconds per call of ``step(tensors)``, from CUDA-graph replays of ``calls`` calls."""
     for tensors in sets:
         step(tensors)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for i in range(CALLS):
+        for i in range(calls):
             step(sets[i % len(sets)])
     times = []
-    for _ in range(REPLAYS):
+    for _ in range(replays):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         graph.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / CALLS)
+        times.append(start.elapsed_time(end) * 1000 / calls)
     return statistics.median(times)
 
 

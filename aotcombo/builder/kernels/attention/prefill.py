@@ -39,7 +39,10 @@ BLOCK_N, STAGES = 32, 3  # 4 warps, as every attention kernel of ours
 # against variants, CUDA-graph timing, us at 32 x 512 / 16 x 256 / 8 x 383; 2026-11-29): as here 66.7 /
 # 14.4 / 17.0; where a batch's visible keys are one run, a loop masking only its ends 71.8 / 15.8 /
 # 18.5; warp-specialized loops (``tl.range(warp_specialize=True)``) 128 x 64 at 8 warps 80.1 / 17.3 /
-# 17.2, 4 warps 88.1 / 18.8 / 17.5, and at 128 x 32 Triton fails to compile them.
+# 17.2, 4 warps 88.1 / 18.8 / 17.5, and at 128 x 32 Triton fails to compile them. H100, 2026-12-06
+# (benchmarks/masked_prefill_probe.py, us at 32 x 512): each batch's key range found once a call by a kernel of
+# its own (3.8) instead of in every program 74.7 against 70.5, with the batches taken longest first 69.5;
+# torch's flash attention reading each batch's visible keys (``seqused_k``) 86.3.
 WIDE_ROWS, NARROW_ROWS, WIDE_FROM_PROGRAMS = 128, 64, 256
 
 
