@@ -36,6 +36,9 @@ OP = "aotcombo::fused_linear"
 # Nor do row chunks pay (benchmarks/ffn_chunk_probe.py, H100, 2026-12-05, addmm -> GELU -> addmm, us):
 # 16384 rows whole 303, in 2 / 4 / 8 chunks sharing one intermediate (kept in L2) 314 / 331 / 378;
 # 8192 rows 156 / 164 / 186 / 233: the GEMMs lose more on fewer rows than the GELU gains from L2.
+# Nor a post-norm block's residual add as cuBLASLt's C (beta = 1), the norm after it reading one tensor
+# (benchmarks/residual_epilogue_probe.py, H100, 2026-12-06, us, GEMM then norm): at 16384 rows k 768
+# 55.3 as built against 58.9, k 3072 137.9 against 146.4: reading C costs the GEMM more than the norm saves.
 # Few rows, large weights (benchmarks/skinny_gemm_probe.py, H200, 2026-12-03, CUDA graphs, us; the best of
 # 32 configs: [BLOCK_M, BLOCK_N, BLOCK_K] in {64, 128}^3, K split 1-8 ways, the last program of a tile
 # summing the float32 partials): against cuBLAS, the 1B's q/k/v at 128 rows 7.97 / 6.58, o 7.69 / 6.19,
