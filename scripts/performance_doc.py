@@ -45,7 +45,7 @@ SOURCES = {
     # benchmarks/shapes_bench.py: bucketed against dynamic packages
     "shapes": ["call_path/c_guard_final/shapes_bench.log"],
     # benchmarks/axes_bench.py: BERT-base with dynamic batch and sequence length against exact builds
-    "axes": ["axes_h100_rule/axes_bench.jsonl"],
+    "axes": ["axes_h100_second/axes_bench.jsonl"],
     # benchmarks/tp_bench.py under torchrun: a tensor-parallel decode step against one GPU and torch's own TP
     "tensor_parallel": ["tp/tp_bench_h100.jsonl", "tp/tp_bench_h100_glu.jsonl", "tp/tp_bench_h100_arsync.jsonl",
                         "tp/tp_bench_h100_cache.jsonl"],
@@ -223,18 +223,23 @@ def section_axes(results: Path) -> list[str]:
              "package's program for calls of at most 8 tokens reads their sizes at run time (`SizeClasses`); other "
              "sizes run cuBLAS and our prefill attention, which reads the padding mask a key at a time and skips the "
              "padded key blocks (`trace/mask_rows.py`, `kernels/attention/prefill.py`). At 32 × 512 both sides "
-             "spend most of the call in the same cuBLAS GEMMs. An H100 profile of one call (torch's profiler, "
-             "op by op, 2026-12-05, us): this package's GEMMs 4404, its attention 920, the GELU after FFN-up 817 "
-             "(68 a layer: a copy of the same 201 MB took 70, torch's GELU 72), the residual adds and layer "
-             "norms 539 (22.5 each), 6764 in all; torch.compile's GEMMs 4524, cuDNN's attention 1670, its GELU "
-             "942, its norms 536, 8096 in all. The rest of the default call (7.26 ms then) was the gaps between "
-             "147 kernels, 48 of them cuBLAS's memsets (a counter its persistent GEMMs need, zeroed before each): "
-             "the large GEMMs now run through cuBLASLt with no workspace (`runtime/cublaslt.py`), the same tiles "
-             "scheduled statically with no memset, 7.294 -> 7.062 ms at 32 × 512 in an A/B run; and where cuBLASLt "
-             "offers 128 × 128 tiles in clusters of 1 × 2 it takes them (`cublaslt.PREFERRED`), 7.19 -> 7.07 ms at "
-             "32 × 512 and 1.816 -> 1.756 at 16 × 256 in an A/B run (`benchmarks/cublaslt_ab.py --compare rule`). "
-             "reduce-overhead's time moves from run to run: at 32 × 512 it took 9.343 ms in one run (1.323× ours "
-             "then), 9.174, 8.796 and 9.279 in others, 9.147 in the run below. The run below is of the code as "
+             "spend most of the call in the same cuBLAS GEMMs. One call of this package as a CUDA graph replay, the "
+             "GPU rested 10 ms before it (torch's profiler, H100, 2026-12-06, us): GEMMs 3980, attention 821 (68 a "
+             "layer), the GELU after FFN-up 789 (66 a layer: a copy of the same 201 MB took 70), the residual adds "
+             "and layer norms 538, the embeddings 43, 6262 of kernels in a span of 6295. Calls back to back take "
+             "6.97 ms: the GPU then runs at its 700 W power cap (690 W, clocks 1500-1695 MHz against 1980 at rest, "
+             "nvidia-smi's reason: the software power cap), the host's part 0.11 ms "
+             "(`benchmarks/sustained_clocks.py`; at 8 × 128, 540 W and 1980 MHz). The large GEMMs run through "
+             "cuBLASLt with no workspace (`runtime/cublaslt.py`): the same tiles as torch's, scheduled statically, "
+             "with no memset node before each, 7.294 -> 7.062 ms at 32 × 512 in an A/B run; where cuBLASLt offers "
+             "128 × 128 tiles in clusters of 1 × 2 they are taken (`cublaslt.PREFERRED`), 7.19 -> 7.07 ms, and "
+             "from 4096 rows where it does not, 256 × 128 tiles in clusters of 1 × 2, 7.06 -> 7.00 ms, each in an "
+             "A/B run (`benchmarks/cublaslt_ab.py --compare rule`, `--compare second`). Tried, not kept: the "
+             "residual add in cuBLASLt's epilogue (`benchmarks/residual_epilogue_probe.py`), the attention's key "
+             "ranges found once a call or its batches longest first, torch's flash attention over each batch's "
+             "visible keys (`benchmarks/masked_prefill_probe.py`). reduce-overhead's time moves from run to run: "
+             "at 32 × 512 it took 9.343 ms in one run (1.323× ours then), 9.174, 8.796, 9.279 and 9.147 in "
+             "others, 8.954 in the run below. The run below is of the code as "
              "it stands (H100, 2026-12-06)" + largest + "."), "",
             *lines, "", sources_line(results, SOURCES["axes"]), ""]
 
