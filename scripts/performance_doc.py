@@ -239,7 +239,10 @@ def section_axes(results: Path) -> list[str]:
              "ranges found once a call or its batches longest first, torch's flash attention over each batch's "
              "visible keys (`benchmarks/masked_prefill_probe.py`). reduce-overhead's time moves from run to run: "
              "at 32 × 512 it took 9.343 ms in one run (1.323× ours then), 9.174, 8.796, 9.279 and 9.147 in "
-             "others, 8.954 in the run below. The run below is of the code as "
+             "others, 8.954 in the run below; on another H100 the same day, where torch's eager calls took up to 1.8 "
+             "times as long (2 × 77: 8.573 ms against 4.873), 9.534 against our 6.944, 1.37×, every "
+             "shape there 1.37× or more (`benchmarks/results/axes_h100_slow_host/`): reduce-overhead's time, like "
+             "eager's, moved with the machine; ours did not. The run below is of the code as "
              "it stands (H100, 2026-12-06)" + largest + "."), "",
             *lines, "", sources_line(results, SOURCES["axes"]), ""]
 
