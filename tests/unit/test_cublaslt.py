@@ -31,14 +31,13 @@ def test_cpu_calls_run_torchs_op():
 
 
 class _FakeLib:
-    """cublasLtMatmulAlgoConfigGetAttribute over each algorithm's attributes (a dict, by its address)."""
+    """cublasLtMatmulAlgoConfigGetAttribute over each algorithm's attributes: (algo, {attribute: value}) pairs."""
 
-    def __init__(self, attributes: dict | list):
-        self.attributes = attributes
+    def __init__(self, algos: list):
+        self.by_address = {ctypes.addressof(algo): attributes for algo, attributes in algos}
 
     def cublasLtMatmulAlgoConfigGetAttribute(self, algo, attribute, buf, size, written):
-        attributes = self.attributes if isinstance(self.attributes, dict) else \
-            self.attributes[[ctypes.addressof(a) for a, _ in self.attributes].index(ctypes.addressof(algo._obj))][1]
+        attributes = self.by_address[ctypes.addressof(algo._obj)]
         if attribute not in attributes:
             return 7  # CUBLAS_STATUS_INVALID_VALUE
         buf._obj.value = attributes[attribute]
@@ -54,12 +53,12 @@ def test_an_algorithm_is_preferred_only_with_every_attribute_of_the_rule():
     (_, preferred), *_ = cublaslt.PREFERRED[9]
     wanted = _rules()[0]
     algo = (ctypes.c_uint64 * 8)()
-    assert cublaslt._is_preferred(_FakeLib(wanted), algo, preferred)
+    assert cublaslt._is_preferred(_FakeLib([(algo, wanted)]), algo, preferred)
     for attribute in wanted:  # one attribute off, or one the library does not report
-        assert not cublaslt._is_preferred(_FakeLib({**wanted, attribute: wanted[attribute] + 1}), algo, preferred)
-        assert not cublaslt._is_preferred(_FakeLib({a: v for a, v in wanted.items() if a != attribute}), algo,
-                                          preferred)
-    assert not cublaslt._is_preferred(_FakeLib(wanted), algo, ())  # no rule: the heuristic's first
+        for attributes in ({**wanted, attribute: wanted[attribute] + 1},
+                           {a: v for a, v in wanted.items() if a != attribute}):
+            assert not cublaslt._is_preferred(_FakeLib([(algo, attributes)]), algo, preferred)
+    assert not cublaslt._is_preferred(_FakeLib([(algo, wanted)]), algo, ())  # no rule: the heuristic's first
 
 
 class _Offer(ctypes.Structure):
