@@ -28,22 +28,29 @@ from .lowering import LOG2E, _broadcast_strides, _kernel
 
 DTYPES, HEAD_DIMS = ("float16", "bfloat16"), (64,)
 BLOCK_N, STAGES = 32, 3  # 4 warps, as every attention kernel of ours
-# Tiles: 128 query rows a program where that still gives about two programs an SM of an H100 (132
-# SMs), else 64, and 32 keys a step. H100, BERT-base's half-padded batches, the benchmark's kernel
-# (benchmarks/prefill_attention_bench.py, us): 32 x 512 65.8 at 128 x 32, 87.8 at 128 x 64, 98.3 at
-# 64 x 64, 116 at 128 x 128 (8 warps), TMA 100.5; 16 x 256 14.8 / 17.4 / 17.9; 8 x 383 20.3 / 20.6 /
-# 19.7. A program for dynamic axes takes 128 rows: its largest sizes cost the most. Swept again
-# (2026-11-27, 32 x 512, us): 128 x 32 at 2 / 4 stages 72.9 / 66.3, 8 warps 78.5, 128 x 64 (8 warps)
-# 89.5, 256 x 32 / 64 (8 warps) 89.2 / 96.9, 64 x 32 72.2, 128 x 16 93.5; the first pass 256 keys
-# a step 63.7 against 65.6 (small shapes the same). Tried, not kept (H200, Triton 3.6, this kernel
-# against variants, CUDA-graph timing, us at 32 x 512 / 16 x 256 / 8 x 383; 2026-11-29): as here 66.7 /
-# 14.4 / 17.0; where a batch's visible keys are one run, a loop masking only its ends 71.8 / 15.8 /
-# 18.5; warp-specialized loops (``tl.range(warp_specialize=True)``) 128 x 64 at 8 warps 80.1 / 17.3 /
-# 17.2, 4 warps 88.1 / 18.8 / 17.5, and at 128 x 32 Triton fails to compile them. H100, 2026-12-06
-# (benchmarks/masked_prefill_probe.py, us at 32 x 512): each batch's key range found once a call by a kernel of
-# its own (3.8) instead of in every program 74.7 against 70.5, with the batches taken longest first 69.5;
-# torch's flash attention reading each batch's visible keys (``seqused_k``) 86.3.
-WIDE_ROWS, NARROW_ROWS, WIDE_FROM_PROGRAMS = 128, 64, 256
+# Tiles: 128 query rows a program for calls of 1024 such programs or more, else 64; 32 keys a step.
+# Timed as packages run them, compiled by the build's Triton (3.8) and launched as cubins
+# (benchmarks/attention_cubin_probe.py, H100, us, 64 rows / 128, four machines, 2026-12-06): 32 x 512
+# 70.8-72.1 / 69.2-72.2, 16 x 256 16.4-17.3 / 17.2-18.1, 8 x 383 17.3-18.4 / 20.8-21.5, 8 x 128 5.3-5.6 /
+# 6.2-6.5, 4 x 129 5.6-5.7 / 7.0-7.1, 2 x 77 4.2 / 5.3-5.4, 1 x 128 4.4-4.5 / 5.9-6.1. At 128 rows the kernel
+# holds 168 registers a thread (3 programs an SM), at 64 92 (5). A program for dynamic axes takes 128
+# rows: its largest sizes cost the most, and 64 rows there measured slower at 32 x 512 (H200, whole
+# dynamic BERT-base, the two packages in turn, two rounds, ms: 6.656 / 6.661 at 128 rows, 6.714 / 6.718
+# at 64; 8 x 128 0.697 / 0.676 against 0.660 / 0.662). Not kept (the probe, H100): capped registers
+# (spills), the next block's q.k issued before this block's softmax, 2 or 4 blocks of 64 rows a program
+# after one pass over the mask, 16-key steps, 2 or 4 stages, 8 warps.
+# Earlier sweeps (the GPU's Triton, 3.6; benchmarks/prefill_attention_bench.py, us): 32 x 512 65.8 at
+# 128 x 32, 87.8 at 128 x 64, 98.3 at 64 x 64, 116 at 128 x 128 (8 warps), TMA 100.5; 128 x 32 at 2 / 4
+# stages 72.9 / 66.3, 8 warps 78.5, 256 x 32 / 64 (8 warps) 89.2 / 96.9, 128 x 16 93.5; the first pass
+# 256 keys a step 63.7 against 65.6. Tried, not kept (H200, Triton 3.6, us at 32 x 512 / 16 x 256 /
+# 8 x 383; 2026-11-29): as then 66.7 / 14.4 / 17.0; where a batch's visible keys are one run, a loop
+# masking only its ends 71.8 / 15.8 / 18.5; warp-specialized loops (``tl.range(warp_specialize=True)``)
+# 128 x 64 at 8 warps 80.1 / 17.3 / 17.2, 4 warps 88.1 / 18.8 / 17.5, and at 128 x 32 Triton fails to
+# compile them. H100, 2026-12-06 (benchmarks/masked_prefill_probe.py, us at 32 x 512): each batch's key
+# range found once a call by a kernel of its own (3.8) instead of in every program 74.7 against 70.5,
+# with the batches taken longest first 69.5; torch's flash attention reading each batch's visible keys
+# (``seqused_k``) 86.3.
+WIDE_ROWS, NARROW_ROWS, WIDE_FROM_PROGRAMS = 128, 64, 1024
 
 
 def key_mask_strides(mask: g.TensorSpec, shape: tuple) -> tuple | None:
