@@ -6,7 +6,9 @@ off-by-one lengths, in graph mode (a graph per size: each pair's first call runs
 second captures, the third replays) and op by op. Tolerances (aotcombo.testing.zoo.check):
 fp32 relative L2 1e-4; fp16 max(1e-2, 2 x eager's own error against float32 eager).
 Also: sizes out of range and inputs that disagree on an axis are refused with errors naming
-the input, the axis and the range. Wheels: ``scripts/build_axes.py``.
+the input, the axis and the range; and the packages built for exactly the benchmark's shapes
+(``full_bert_base_b<B>_s<S>``, which ``benchmarks/axes_bench.py`` times beside the dynamic one)
+match eager at their shape. Wheels: ``scripts/build_axes.py``.
 """
 
 import pytest
@@ -20,6 +22,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("full_fp32")]
 BATCHES = {"bert_base": (1, 2, 7, 31, 32), "t5_encoder": (1, 2, 3, 7, 8)}
 SEQS = {"bert_base": (1, 7, 77, 128, 129, 383, 511, 512), "t5_encoder": (1, 2, 7, 31, 64, 65, 127, 128)}
 PACKAGES = {"bert_base": ("full_bert_base_dyn", FULL_SIZE_DIR), "t5_encoder": ("zoo_t5_encoder_dyn", None)}
+EXACT_SHAPES = ((1, 7), (1, 128), (2, 77), (4, 129), (8, 128), (8, 383), (16, 256), (32, 512))  # build_axes.py's
 
 
 def padded_inputs(batch: int, seq: int, vocab: int, seed: int) -> tuple:
@@ -103,3 +106,21 @@ def test_sequence_buckets_pad_exactly(graphs):
         loaded(*padded_inputs(8, 129, 30522, seed=1))
     with pytest.raises(ValueError, match=r"batch size 9 is outside the range 1\.\.8"):
         loaded(*padded_inputs(9, 16, 30522, seed=1))
+
+
+@pytest.mark.parametrize("batch,seq", EXACT_SHAPES, ids=[f"{b}x{s}" for b, s in EXACT_SHAPES])
+def test_exact_shape_packages_match_eager(batch, seq):
+    """Each package built for one (batch, seq), padded rows and all, in graph mode: the op-by-op
+    first call, the capture, a replay."""
+    eager = model_file("bert_base", FULL_SIZE_DIR).get_model(device="cuda")
+    loaded = import_package(f"full_bert_base_b{batch}_s{seq}").load("cuda", weights=eager.state_dict())
+    model32 = as_float32(eager, ())[0]
+    report = []
+    for seed in (1, 2):
+        inputs = padded_inputs(batch, seq, 30522, seed=seed * 7919 + batch * 1000 + seq)
+        with torch.no_grad():
+            ref, ref32 = eager(*inputs), model32(*inputs)
+        for call in range(3):
+            report += [{"model": f"bert_base_b{batch}_s{seq}", "seed": seed, "call": call, **r}
+                       for r in check(loaded(*inputs), ref, ref32)]
+    assert_all_ok(report, "dynamic_axes_check.jsonl")
