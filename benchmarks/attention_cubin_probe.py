@@ -11,7 +11,10 @@ at run time, q/k/v views of the fused QKV linear's output, a first pass finding 
 Variants: ``BLOCK_M`` query rows, ``GROUP`` such blocks a program (one pass over the mask for all of them);
 ``PIPELINE`` issues the next key block's q.k product before this block's softmax (Triton still waits for it
 within the step: ptxas only interleaves its issue with the exponentials); ``SCAN`` keys a step of the first
-pass; keys a step, warps, stages, a cap on registers.
+pass; keys a step, warps, stages, a cap on registers. ``RUN`` (the name's ``_run<N>``) for a mask whose visible
+keys are one run (a padding mask's): 1 masks every block by the keys' indices, not by loading the mask; 2 as
+well, but blocks inside the run take the softmax with no mask at all (what the template does now); 3 as 2,
+and a row's maximum may lag its scores by up to 8 (log2) so that a block skips the rescale.
 
     python3 benchmarks/attention_cubin_probe.py --compile DIR          # here: cubins, SASS counts
     python3 benchmarks/attention_cubin_probe.py --run DIR [--out F]    # on a machine with a GPU
@@ -20,13 +23,15 @@ Run: BERT-base's shapes with batches after the first padded to random lengths (`
 each variant checked against SDPA in float32 (max abs error <= 4e-3), then timed as a CUDA graph of 12 calls
 (a forward's layers) over 4 input sets, medians of 100 replays, two rounds.
 
-H100, torch 2.11, 2026-12-06, four machines, us (what ``kernels/attention/prefill.py`` now takes):
+H100, torch 2.11, 2026-12-06, four machines, us, the kernel as it was (``RUN`` 0):
 128 / 64 rows at 32 x 512 69.2-72.2 / 70.8-72.1, 16 x 256 17.2-18.1 / 16.4-17.3, 8 x 383 20.8-21.5 /
 17.3-18.4, 8 x 128 6.2-6.5 / 5.3-5.6, 4 x 129 7.0-7.1 / 5.6-5.7, 2 x 77 5.3-5.4 / 4.2, 1 x 128 5.9-6.1 /
 4.4-4.5. Slower at 32 x 512 (the last run): ``PIPELINE`` 80.7-81.8 (207 registers: 2 programs an SM),
 first passes of 128 keys 82.6, 8 warps 81.2-81.6, 64 keys a step 89.5-89.7 (64 rows) and 133 (128 rows,
 8 warps), registers capped at 128 73.1 (spills), 16-key steps 84, 2 / 4 stages at 64 rows 81.3 / 74,
-2 or 4 blocks of 64 rows a program 76.3 / 87.
+2 or 4 blocks of 64 rows a program 76.3 / 87. The mask's run (two more runs, 64 rows / 128): ``RUN`` 1
+77.8 / 81 (174 registers at 128 rows: 2 programs an SM), 2 67.4-67.9 / 68.5 (16 x 256 16.4-16.5, 8 x 383
+16.7-16.8 at 64 rows), 3 94.2 / 106 (the lag's test is a block-wide reduction and a branch around the product).
 Nsight Compute at 32 x 512 (128 rows, base clocks): 28.8 M warp instructions, issue slots 44 % busy, 2.8
 warps a scheduler (3 programs an SM, held by 168 registers), the tensor pipe 23 % busy; the loop spends
 about 13 instructions a score (433 a warp for a 128 x 32 block).
@@ -49,6 +54,7 @@ HEADS, HEAD_DIM, QKV_ROW, OUT_ROW = 12, 64, 2304, 768
 # the same, for the kernel (BERT-base's 12 heads of 64; q, k, v rows 2304 apart, the output's 768)
 H, D, ROW, OUT = tl.constexpr(HEADS), tl.constexpr(HEAD_DIM), tl.constexpr(QKV_ROW), tl.constexpr(OUT_ROW)
 SCALE_LOG2 = tl.constexpr(0.125 * 1.4426950408889634)
+LAZY = tl.constexpr(8.0)  # RUN 3: a row's maximum may lag its scores by this much (log2): p <= 256
 SHAPES = ((32, 512), (16, 256), (8, 383), (8, 128), (4, 129), (2, 77), (1, 128))
 # name: (BLOCK_M, GROUP, BLOCK_N, SCAN, PIPELINE, warps, stages, registers a thread at most or 0)
 VARIANTS = {
@@ -65,24 +71,41 @@ VARIANTS = {
     "m64_s4": (64, 1, 32, 32, False, 4, 4, 0),
     "m64x2": (64, 2, 32, 32, False, 4, 3, 0),
     "m64x4": (64, 4, 32, 32, False, 4, 3, 0),
+    "m128_run1": (128, 1, 32, 32, False, 4, 3, 0),
+    "m128_run2": (128, 1, 32, 32, False, 4, 3, 0),
+    "m64_run1": (64, 1, 32, 32, False, 4, 3, 0),
+    "m64_run2": (64, 1, 32, 32, False, 4, 3, 0),
+    "m64_run3": (64, 1, 32, 32, False, 4, 3, 0),
+    "m128_run3": (128, 1, 32, 32, False, 4, 3, 0),
 }
 
 
 @triton.jit
 def _softmax_step(qk, allowed, m_i, l_i, acc, v):
-    scores = qk * SCALE_LOG2 + tl.where(allowed, 0.0, float("-inf"))[None, :]
-    m_new = tl.maximum(m_i, tl.max(scores, 1))
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key visible yet: p = 0, not NaN
-    p = tl.math.exp2(scores - m_safe[:, None])
-    alpha = tl.math.exp2(m_i - m_safe)
+    p, alpha, m_new = _masked_scores(qk, allowed, m_i)
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
     return m_new, l_i, acc
 
 
 @triton.jit
-def _rows(q_ptr, k_base, v_base, mask_row, out_ptr, b, h, first_row, rows, lo, hi, q_stride0, out_stride0,
-          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PIPELINE: tl.constexpr):
+def _masked_scores(qk, allowed, m_i):
+    scores = qk * SCALE_LOG2 + tl.where(allowed, 0.0, float("-inf"))[None, :]
+    m_new = tl.maximum(m_i, tl.max(scores, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key visible yet: p = 0, not NaN
+    return tl.math.exp2(scores - m_safe[:, None]), tl.math.exp2(m_i - m_safe), m_new
+
+
+@triton.jit
+def _scores(qk, m_i):
+    """``_masked_scores`` of a block every key of which is visible."""
+    m_new = tl.maximum(m_i, tl.max(qk, 1) * SCALE_LOG2)
+    return tl.math.exp2(qk * SCALE_LOG2 - m_new[:, None]), tl.math.exp2(m_i - m_new), m_new
+
+
+@triton.jit
+def _rows(q_ptr, k_base, v_base, mask_row, out_ptr, b, h, first_row, rows, first, hi, run, q_stride0, out_stride0,
+          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PIPELINE: tl.constexpr, RUN: tl.constexpr):
     """BLOCK_M query rows from ``first_row`` against the keys lo..hi."""
     rm = first_row + tl.arange(0, BLOCK_M)
     rn0 = tl.arange(0, BLOCK_N)
@@ -93,6 +116,7 @@ def _rows(q_ptr, k_base, v_base, mask_row, out_ptr, b, h, first_row, rows, lo, h
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
+    lo = first // BLOCK_N * BLOCK_N
     if PIPELINE:
         rn = lo + rn0
         k = tl.load(k_base + rn[:, None] * ROW + rd[None, :], mask=(rn < hi)[:, None], other=0.0)
@@ -115,8 +139,25 @@ def _rows(q_ptr, k_base, v_base, mask_row, out_ptr, b, h, first_row, rows, lo, h
             k = tl.load(k_base + rn[:, None] * ROW + rd[None, :], mask=keys_ok[:, None], other=0.0)
             v = tl.load(v_base + rn[:, None] * ROW + rd[None, :], mask=keys_ok[:, None], other=0.0)
             qk = tl.dot(q, tl.trans(k))
-            allowed = tl.load(mask_row + rn, mask=keys_ok, other=0) != 0
-            m_i, l_i, acc = _softmax_step(qk, allowed, m_i, l_i, acc, v)
+            if RUN == 0:
+                allowed = tl.load(mask_row + rn, mask=keys_ok, other=0) != 0
+                m_i, l_i, acc = _softmax_step(qk, allowed, m_i, l_i, acc, v)
+            else:  # the mask read only where the visible keys are not one run first..hi-1
+                interior = run and start >= first and start + BLOCK_N <= hi
+                if RUN == 3 and interior and tl.max(tl.max(qk, 1) * SCALE_LOG2 - m_i, 0) <= LAZY:
+                    # no row's maximum grew by more than LAZY: the old one stays, p <= 2^LAZY, no rescale
+                    p = tl.math.exp2(qk * SCALE_LOG2 - m_i[:, None])
+                    l_i += tl.sum(p, 1)
+                    acc = tl.dot(p.to(v.dtype), v, acc)
+                else:
+                    if RUN >= 2 and interior:
+                        p, alpha, m_new = _scores(qk, m_i)
+                    else:
+                        allowed = tl.load(mask_row + rn, mask=keys_ok & (run == 0), other=1) != 0
+                        p, alpha, m_new = _masked_scores(qk, allowed & keys_ok & (rn >= first), m_i)
+                    l_i = l_i * alpha + tl.sum(p, 1)
+                    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+                    m_i = m_new
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # a row no key may be seen by: zeros
     tl.store(out_ptr + b * out_stride0 + h * D + rm[:, None] * OUT + rd[None, :], out.to(tl.float16),
              mask=rows_ok[:, None])
@@ -125,7 +166,7 @@ def _rows(q_ptr, k_base, v_base, mask_row, out_ptr, b, h, first_row, rows, lo, h
 @triton.jit
 def attention(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, rows, keys, q_stride0, mask_stride0, out_stride0,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SCAN: tl.constexpr, PIPELINE: tl.constexpr,
-              GROUP: tl.constexpr):
+              GROUP: tl.constexpr, RUN: tl.constexpr):
     """A program: GROUP blocks of BLOCK_M query rows of one (batch, head), one after the other, after one
     first pass over the batch's mask."""
     pid = tl.program_id(0)
@@ -134,26 +175,29 @@ def attention(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, rows, keys, q_stride0, mas
     b = (bh // H).to(tl.int64)
     h = bh % H
     mask_row = mask_ptr + b * mask_stride0
-    first, last = keys, -1
+    first, last, count = keys, -1, 0
     for start in range(0, keys, SCAN):
         rs = start + tl.arange(0, SCAN)
         seen = tl.load(mask_row + rs, mask=rs < keys, other=0) != 0
         first = tl.minimum(first, tl.min(tl.where(seen, rs, keys), 0))
         last = tl.maximum(last, tl.max(tl.where(seen, rs, -1), 0))
-    lo, hi = first // BLOCK_N * BLOCK_N, last + 1  # none visible: no block, and zeros out
+        if RUN:
+            count += tl.sum(seen.to(tl.int32), 0)
+    hi = last + 1  # none visible: no block, and zeros out
+    run = count == hi - first  # the visible keys are one run
     k_base = k_ptr + b * q_stride0 + h * D
     v_base = v_ptr + b * q_stride0 + h * D
     for g in tl.static_range(GROUP):
         first_row = (pid % row_groups * GROUP + g) * BLOCK_M
         if first_row < rows:
-            _rows(q_ptr, k_base, v_base, mask_row, out_ptr, b, h, first_row, rows, lo, hi, q_stride0, out_stride0,
-                  BLOCK_M, BLOCK_N, PIPELINE)
+            _rows(q_ptr, k_base, v_base, mask_row, out_ptr, b, h, first_row, rows, first, hi, run, q_stride0,
+                  out_stride0, BLOCK_M, BLOCK_N, PIPELINE, RUN)
 
 
 SIGNATURE = {"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16", "mask_ptr": "*i1", "out_ptr": "*fp16",
              "rows": "i32", "keys": "i32", "q_stride0": "i32", "mask_stride0": "i32", "out_stride0": "i32",
              "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "SCAN": "constexpr", "PIPELINE": "constexpr",
-             "GROUP": "constexpr"}
+             "GROUP": "constexpr", "RUN": "constexpr"}
 ALIGNED = ("q_ptr", "k_ptr", "v_ptr", "mask_ptr", "out_ptr", "q_stride0", "out_stride0")
 
 
@@ -181,7 +225,9 @@ def compile_all(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     params = [p for p, kind in SIGNATURE.items() if kind != "constexpr"]
     for name, (block_m, group, block_n, scan, pipeline, warps, stages, maxnreg) in VARIANTS.items():
-        consts = {"BLOCK_M": block_m, "BLOCK_N": block_n, "SCAN": scan, "PIPELINE": pipeline, "GROUP": group}
+        run = int(name.rsplit("_run", 1)[1]) if "_run" in name else 0
+        consts = {"BLOCK_M": block_m, "BLOCK_N": block_n, "SCAN": scan, "PIPELINE": pipeline, "GROUP": group,
+                  "RUN": run}
         src = ASTSource(fn=attention, signature=SIGNATURE, constexprs=consts,
                         attrs={(params.index(p),): [["tt.divisibility", 16]] for p in ALIGNED})
         try:
