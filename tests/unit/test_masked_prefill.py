@@ -98,6 +98,23 @@ def test_a_key_mask_input_is_ours_and_matches_eager(tmp_path, kind):
     assert relative_error(interpret.run_variant(result, 0, inputs), _expected(KeyMasked(), inputs)) <= 1e-2
 
 
+def test_a_bool_key_mask_of_any_pattern_matches_eager(tmp_path):
+    """The kernel reads a bool mask whose visible keys are one run (a padding mask's) only at the
+    run's ends, by the keys' indices, and any other mask a block at a time: left padding, one run in
+    the middle of the keys, keys scattered, and one batch of each kind."""
+    keys = torch.arange(SEQ)
+    scattered = torch.rand(BATCH, SEQ, generator=torch.Generator().manual_seed(11)) > 0.4
+    patterns = {"left": (keys >= 37).expand(BATCH, SEQ), "middle": ((keys >= 40) & (keys < 121)).expand(BATCH, SEQ),
+                "scattered": scattered, "mixed": torch.stack([keys >= 37, scattered[1]])}
+    result = build_package(KeyMasked(), [*_qkv(BATCH, SEQ, 0), _padding(BATCH, SEQ).bool()[:, None, None, :]],
+                           arch=["sm_90"], out=tmp_path, cache=False)
+    assert len(_ours(result)) == 1
+    for name, keep in patterns.items():
+        inputs = [*_qkv(BATCH, SEQ, 7), keep[:, None, None, :].contiguous()]
+        error = relative_error(interpret.run_variant(result, 0, inputs), _expected(KeyMasked(), inputs))
+        assert error <= 1e-2, (name, error)
+
+
 def test_transformers_padding_mask_is_proven_a_key_mask(tmp_path):
     inputs = [*_qkv(BATCH, SEQ, 0), _padding(BATCH, SEQ)]
     result = build_package(Encoder(), inputs, arch=["sm_90"], out=tmp_path, cache=False)

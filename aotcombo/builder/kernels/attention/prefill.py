@@ -28,17 +28,22 @@ from .lowering import LOG2E, _broadcast_strides, _kernel
 
 DTYPES, HEAD_DIMS = ("float16", "bfloat16"), (64,)
 BLOCK_N, STAGES = 32, 3  # 4 warps, as every attention kernel of ours
-# Tiles: 128 query rows a program for calls of 1024 such programs or more, else 64; 32 keys a step.
-# Timed as packages run them, compiled by the build's Triton (3.8) and launched as cubins
-# (benchmarks/attention_cubin_probe.py, H100, us, 64 rows / 128, four machines, 2026-12-06): 32 x 512
-# 70.8-72.1 / 69.2-72.2, 16 x 256 16.4-17.3 / 17.2-18.1, 8 x 383 17.3-18.4 / 20.8-21.5, 8 x 128 5.3-5.6 /
-# 6.2-6.5, 4 x 129 5.6-5.7 / 7.0-7.1, 2 x 77 4.2 / 5.3-5.4, 1 x 128 4.4-4.5 / 5.9-6.1. At 128 rows the kernel
-# holds 168 registers a thread (3 programs an SM), at 64 92 (5). A program for dynamic axes takes 128
-# rows: its largest sizes cost the most, and 64 rows there measured slower at 32 x 512 (H200, whole
-# dynamic BERT-base, the two packages in turn, two rounds, ms: 6.656 / 6.661 at 128 rows, 6.714 / 6.718
-# at 64; 8 x 128 0.697 / 0.676 against 0.660 / 0.662). Not kept (the probe, H100): capped registers
-# (spills), the next block's q.k issued before this block's softmax, 2 or 4 blocks of 64 rows a program
-# after one pass over the mask, 16-key steps, 2 or 4 stages, 8 warps.
+# Tiles: 64 query rows a program, 32 keys a step; a bool mask's visible keys found one run (a padding
+# mask's), blocks inside it skip the mask (the template). Timed as packages run them, compiled by the
+# build's Triton (3.8) and launched as cubins (benchmarks/attention_cubin_probe.py, H100, us,
+# 2026-12-06): 64 rows with the run's unmasked blocks (two machines) / 64 rows / 128 rows (four
+# machines): 32 x 512 67.4-67.9 / 70.3-73.0 / 69.2-72.2, 16 x 256 16.4-16.5 / 16.4-17.3 / 17.2-18.1,
+# 8 x 383 16.7-16.8 / 17.3-18.4 / 20.8-21.5, 8 x 128 5.3 / 5.3-5.6 / 6.2-6.5, 4 x 129 5.5-5.7 / 5.5-5.7 /
+# 6.8-7.1, 1 x 128 4.2-4.3 / 4.3-4.5 / 5.9-6.1; 128 rows with the unmasked blocks 68.5 at 32 x 512. At
+# 128 rows the kernel holds 168 registers a thread (3 programs an SM), at 64 92-95 (5). Before, 128
+# rows took calls of 256 programs or more and every call for dynamic axes, a rule measured with the
+# GPU's own Triton (3.6); there the unmasked blocks had measured slower (below). Not kept (the probe,
+# H100): capped registers (spills), the next block's q.k issued before this block's softmax, 2 or 4
+# blocks of 64 rows a program after one pass over the mask, 16-key steps, 2 or 4 stages, 8 warps, the
+# mask's run found but every block masked by index (77.8 at 32 x 512), a row's maximum left stale
+# while it grows by at most 8 (log2) so that blocks skip the rescale (94.2: the test is a block-wide
+# reduction and a branch around the product). Whole dynamic BERT-base at 32 x 512 (H100, axes_bench, two
+# machines, not in turn): 6.889 ms a call with 128 rows as the kernel was, 6.871 with this.
 # Earlier sweeps (the GPU's Triton, 3.6; benchmarks/prefill_attention_bench.py, us): 32 x 512 65.8 at
 # 128 x 32, 87.8 at 128 x 64, 98.3 at 64 x 64, 116 at 128 x 128 (8 warps), TMA 100.5; 128 x 32 at 2 / 4
 # stages 72.9 / 66.3, 8 warps 78.5, 256 x 32 / 64 (8 warps) 89.2 / 96.9, 128 x 16 93.5; the first pass
@@ -50,7 +55,7 @@ BLOCK_N, STAGES = 32, 3  # 4 warps, as every attention kernel of ours
 # range found once a call by a kernel of its own (3.8) instead of in every program 74.7 against 70.5,
 # with the batches taken longest first 69.5; torch's flash attention reading each batch's visible keys
 # (``seqused_k``) 86.3.
-WIDE_ROWS, NARROW_ROWS, WIDE_FROM_PROGRAMS = 128, 64, 1024
+ROWS = 64
 
 
 def key_mask_strides(mask: g.TensorSpec, shape: tuple) -> tuple | None:
@@ -118,8 +123,8 @@ def lowered(op: g.Extern, specs: dict, out_name: str, at_most, scalars: dict) ->
     ops, out_spec = output_spec(out, out_name, q.shape)
     strides["out"] = sizes.strides(out_spec.stride, "out")
     dynamic = not all(isinstance(x, int) for x in (b, m))
+    block_m = ROWS
     if dynamic:  # programs: batch * heads * ceil(rows / block_m), computed per call
-        block_m = WIDE_ROWS
         padded = g.Scalar(f"{out_name}_rows_up", "add", (m, block_m - 1))
         blocks = g.Scalar(f"{out_name}_row_blocks", "floordiv", (g.Ref(padded.out), block_m))
         per_batch = g.Scalar(f"{out_name}_head_programs", "mul", (g.Ref(blocks.out), h))
@@ -127,7 +132,6 @@ def lowered(op: g.Extern, specs: dict, out_name: str, at_most, scalars: dict) ->
         ops += [padded, blocks, per_batch, programs]
         grid = (at_most(b) * h * cdiv(at_most(m), block_m), 1, 1)
     else:
-        block_m = WIDE_ROWS if b * h * cdiv(m, WIDE_ROWS) >= WIDE_FROM_PROGRAMS else NARROW_ROWS
         grid = (b * h * cdiv(m, block_m), 1, 1)
     scale = kwargs.get("scale")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
