@@ -45,7 +45,7 @@ SOURCES = {
     # benchmarks/shapes_bench.py: bucketed against dynamic packages
     "shapes": ["call_path/c_guard_final/shapes_bench.log"],
     # benchmarks/axes_bench.py: BERT-base with dynamic batch and sequence length against exact builds
-    "axes": ["axes_h100_s63/axes_bench.jsonl"],
+    "axes": ["axes_h100_s63_run/axes_bench.jsonl"],
     # benchmarks/tp_bench.py under torchrun: a tensor-parallel decode step against one GPU and torch's own TP
     "tensor_parallel": ["tp/tp_bench_h100.jsonl", "tp/tp_bench_h100_glu.jsonl", "tp/tp_bench_h100_arsync.jsonl",
                         "tp/tp_bench_h100_cache.jsonl"],
@@ -237,16 +237,16 @@ def section_axes(results: Path) -> list[str]:
              "A/B run (`benchmarks/cublaslt_ab.py --compare rule`, `--compare second`). Tried, not kept: the "
              "residual add in cuBLASLt's epilogue (`benchmarks/residual_epilogue_probe.py`), the attention's key "
              "ranges found once a call or its batches longest first, torch's flash attention over each batch's "
-             "visible keys (`benchmarks/masked_prefill_probe.py`). The attention takes 64 query rows a program "
-             "where 128 would make fewer than 1024 programs (8 × 383: 17.3-18.4 us a layer against 20.8-21.5; "
+             "visible keys (`benchmarks/masked_prefill_probe.py`). The attention reads a padding mask in its first "
+             "pass only and takes 64 query rows a program (32 × 512: 67.4-67.9 us a layer against 69.2-72.2; "
              "`benchmarks/attention_cubin_probe.py` times cubins compiled by the build's Triton, as packages run). "
              "reduce-overhead's time moves from run to run: at 32 × 512 it took 9.343 ms in one run (1.323× ours "
-             "then), 9.174, 8.796, 9.279, 9.147 and 8.954 in others, 8.909 in the run below; on another H100 "
+             "then), 9.174, 8.796, 9.279, 9.147, 8.954 and 8.909 (1.293×) in others; on another H100 "
              "the same day, where torch's eager calls took up to 1.8 "
              "times as long (2 × 77: 8.573 ms against 4.873), 9.534 against our 6.944, 1.37×, every "
              "shape there 1.37× or more (`benchmarks/results/axes_h100_slow_host/`): reduce-overhead's time, like "
-             "eager's, moved with the machine; ours did not. The run below is of the code as "
-             "it stands (H100, 2026-12-06)" + largest + "."), "",
+             "eager's, moved with the machine; ours did not. The run below is of the code as it stands, on an H100 "
+             "whose eager calls were slow as well (2026-12-06)" + largest + "."), "",
             *lines, "", sources_line(results, SOURCES["axes"]), ""]
 
 
