@@ -18,7 +18,8 @@ decoder's causal mask from the ids (GPT-J, GPT-BigCode, Qwen3-MoE, Llama for seq
 classification): refused at lengths not a multiple of 8. ``padded_attention_masks`` copies such a
 mask once into rows padded to ``ceil(keys / 8) * 8`` elements first (a mask not yet in memory is
 computed into them), which Inductor then takes as they are: what it does at any length the example
-does not share, at every length.
+does not share, at every length. The layers' calls that read one mask read one copy (a dynamic
+BERT-base had written 12, one a layer, in its embeddings' combo kernel).
 """
 
 from __future__ import annotations
@@ -60,10 +61,17 @@ _ALIGNMENT, _BIAS = 8, 3  # sdpa_constraint's alignment; the mask's argument ind
 
 
 def _padded_mask_first(constraint):
+    from torch._inductor.virtualized import V
+
+    copies = {}  # (the graph being lowered, the mask's node) -> the padded copy every layer's call reads
+
     def constrain(fx_node, *args, **kwargs):
         if len(args) > _BIAS and _needs_padded_copy(args[_BIAS], fx_node.args[_BIAS]):
             padded = _padded_like(fx_node.args[_BIAS].meta["val"])
-            args = (*args[:_BIAS], _copy_into(args[_BIAS], padded.stride()), *args[_BIAS + 1:])
+            key = (V.graph, fx_node.args[_BIAS])
+            if key not in copies:
+                copies[key] = _copy_into(args[_BIAS], padded.stride())
+            args = (*args[:_BIAS], copies[key], *args[_BIAS + 1:])
             # what the constraint reads of the node: the mask's traced strides are the copy's
             fx_node = SimpleNamespace(target=fx_node.target, kwargs=fx_node.kwargs, args=(
                 *fx_node.args[:_BIAS], SimpleNamespace(meta={"val": padded}), *fx_node.args[_BIAS + 1:]))
