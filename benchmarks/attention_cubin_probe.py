@@ -77,6 +77,8 @@ VARIANTS = {
     "m64_run2": (64, 1, 32, 32, False, 4, 3, 0),
     "m64_run3": (64, 1, 32, 32, False, 4, 3, 0),
     "m128_run3": (128, 1, 32, 32, False, 4, 3, 0),
+    "m64_n64_run2": (64, 1, 64, 64, False, 4, 3, 0),  # not yet timed: 127 registers, 4 programs an SM
+    "m64_n64_s2_run2": (64, 1, 64, 64, False, 4, 2, 0),  # not yet timed
 }
 
 
