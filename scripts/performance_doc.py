@@ -241,12 +241,12 @@ def section_axes(results: Path) -> list[str]:
              "pass only and takes 64 query rows a program (32 × 512: 67.4-67.9 us a layer against 69.2-72.2; "
              "`benchmarks/attention_cubin_probe.py` times cubins compiled by the build's Triton, as packages run). "
              "reduce-overhead's time moves from run to run: at 32 × 512 it took 9.343 ms in one run (1.323× ours "
-             "then), 9.174, 8.796, 9.279, 9.147, 8.954 and 8.909 (1.293×) in others; on another H100 "
-             "the same day, where torch's eager calls took up to 1.8 "
-             "times as long (2 × 77: 8.573 ms against 4.873), 9.534 against our 6.944, 1.37×, every "
-             "shape there 1.37× or more (`benchmarks/results/axes_h100_slow_host/`): reduce-overhead's time, like "
-             "eager's, moved with the machine; ours did not. The run below is of the code as it stands, on an H100 "
-             "whose eager calls were slow as well (2026-12-06)" + largest + "."), "",
+             "then), 9.174, 8.796, 9.279, 9.147, 8.954 and 8.909 (1.293×) in others; on another H100 the same day, "
+             "where torch's eager calls took up to 1.8 times as long (2 × 77: 8.573 ms against 4.873), 9.534 against "
+             "our 6.944, 1.37×, every shape there 1.37× or more (`benchmarks/results/axes_h100_slow_host/`): "
+             "reduce-overhead's time, like eager's, moved with the machine; ours did not. The run below is of the code "
+             "as it stands but for one mask copy for all layers (not yet timed), on an H100 whose eager calls were "
+             "slow as well (2026-12-06)" + largest + "."), "",
             *lines, "", sources_line(results, SOURCES["axes"]), ""]
 
 
