@@ -45,7 +45,7 @@ SOURCES = {
     # benchmarks/shapes_bench.py: bucketed against dynamic packages
     "shapes": ["call_path/c_guard_final/shapes_bench.log"],
     # benchmarks/axes_bench.py: BERT-base with dynamic batch and sequence length against exact builds
-    "axes": ["axes_h100_s63_run/axes_bench.jsonl"],
+    "axes": ["axes_h100_s64/axes_bench.jsonl"],
     # benchmarks/tp_bench.py under torchrun: a tensor-parallel decode step against one GPU and torch's own TP
     "tensor_parallel": ["tp/tp_bench_h100.jsonl", "tp/tp_bench_h100_glu.jsonl", "tp/tp_bench_h100_arsync.jsonl",
                         "tp/tp_bench_h100_cache.jsonl"],
@@ -224,29 +224,28 @@ def section_axes(results: Path) -> list[str]:
              "sizes run cuBLAS and our prefill attention, which reads the padding mask a key at a time and skips the "
              "padded key blocks (`trace/mask_rows.py`, `kernels/attention/prefill.py`). At 32 × 512 both sides "
              "spend most of the call in the same cuBLAS GEMMs. One call of this package as a CUDA graph replay, the "
-             "GPU rested 10 ms before it (torch's profiler, H100, 2026-12-06, us): GEMMs 3980, attention 821 (68 a "
-             "layer), the GELU after FFN-up 789 (66 a layer: a copy of the same 201 MB took 70), the residual adds "
-             "and layer norms 538, the embeddings 43, 6262 of kernels in a span of 6295. Calls back to back take "
-             "6.97 ms: the GPU then runs at its 700 W power cap (690 W, clocks 1500-1695 MHz against 1980 at rest, "
-             "nvidia-smi's reason: the software power cap), the host's part 0.11 ms "
-             "(`benchmarks/sustained_clocks.py`; at 8 × 128, 540 W and 1980 MHz). The large GEMMs run through "
-             "cuBLASLt with no workspace (`runtime/cublaslt.py`): the same tiles as torch's, scheduled statically, "
-             "with no memset node before each, 7.294 -> 7.062 ms at 32 × 512 in an A/B run; where cuBLASLt offers "
-             "128 × 128 tiles in clusters of 1 × 2 they are taken (`cublaslt.PREFERRED`), 7.19 -> 7.07 ms, and "
-             "from 4096 rows where it does not, 256 × 128 tiles in clusters of 1 × 2, 7.06 -> 7.00 ms, each in an "
-             "A/B run (`benchmarks/cublaslt_ab.py --compare rule`, `--compare second`). Tried, not kept: the "
-             "residual add in cuBLASLt's epilogue (`benchmarks/residual_epilogue_probe.py`), the attention's key "
-             "ranges found once a call or its batches longest first, torch's flash attention over each batch's "
-             "visible keys (`benchmarks/masked_prefill_probe.py`). The attention reads a padding mask in its first "
-             "pass only and takes 64 query rows a program (32 × 512: 67.4-67.9 us a layer against 69.2-72.2; "
-             "`benchmarks/attention_cubin_probe.py` times cubins compiled by the build's Triton, as packages run). "
-             "reduce-overhead's time moves from run to run: at 32 × 512 it took 9.343 ms in one run (1.323× ours "
-             "then), 9.174, 8.796, 9.279, 9.147, 8.954 and 8.909 (1.293×) in others; on another H100 the same day, "
-             "where torch's eager calls took up to 1.8 times as long (2 × 77: 8.573 ms against 4.873), 9.534 against "
-             "our 6.944, 1.37×, every shape there 1.37× or more (`benchmarks/results/axes_h100_slow_host/`): "
-             "reduce-overhead's time, like eager's, moved with the machine; ours did not. The run below is of the code "
-             "as it stands but for one mask copy for all layers (not yet timed), on an H100 whose eager calls were "
-             "slow as well (2026-12-06)" + largest + "."), "",
+             "GPU rested 10 ms before it (torch's profiler, H100, 2026-12-06, us): GEMMs 3972, attention 796 (66 a "
+             "layer), the GELU after FFN-up 794 (66 a layer: a copy of the same 201 MB took 70), the residual adds "
+             "and layer norms 538, the embeddings 32 (one padded mask copy shared by all layers; 43 with a copy a "
+             "layer), 6135 of kernels. Calls back to back take 6.9-7.0 ms: the GPU then runs at its 700 W power cap "
+             "(690 W, clocks 1500-1695 MHz against 1980 at rest, nvidia-smi's reason: the software power cap); the "
+             "host's part overlaps the GPU's (`benchmarks/sustained_clocks.py`; at 8 × 128, 540 W and 1980 MHz). "
+             "The large GEMMs run through cuBLASLt with no workspace (`runtime/cublaslt.py`): the same tiles as "
+             "torch's, scheduled statically, with no memset node before each, 7.294 -> 7.062 ms at 32 × 512 in an "
+             "A/B run; where cuBLASLt offers 128 × 128 tiles in clusters of 1 × 2 they are taken "
+             "(`cublaslt.PREFERRED`), 7.19 -> 7.07 ms, and from 4096 rows where it does not, 256 × 128 tiles in "
+             "clusters of 1 × 2, 7.06 -> 7.00 ms, each in an A/B run (`benchmarks/cublaslt_ab.py --compare rule`, "
+             "`--compare second`). Tried, not kept: the residual add in cuBLASLt's epilogue "
+             "(`benchmarks/residual_epilogue_probe.py`), the attention's key ranges found once a call or its batches "
+             "longest first, torch's flash attention over each batch's visible keys "
+             "(`benchmarks/masked_prefill_probe.py`), 64-key steps in the attention (77.5 us a layer against 67.2). "
+             "The attention reads a padding mask in its first pass only and takes 64 query rows a program (32 × 512: "
+             "67.1-67.9 us a layer against 69.2-72.2; `benchmarks/attention_cubin_probe.py` times cubins compiled "
+             "by the build's Triton, as packages run). reduce-overhead's time moves from run to run and machine to "
+             "machine, with eager's: at 32 × 512 it took 8.796-9.343 ms in eight runs on H100s (9.261 and 9.534 on "
+             "two whose eager calls took up to 1.8 times as long), ours 6.87-6.92 in the last three. The run below "
+             "is of the code as it stands, on an H100 whose eager calls were not slow (2026-12-06)"
+             + largest + "."), "",
             *lines, "", sources_line(results, SOURCES["axes"]), ""]
 
 
