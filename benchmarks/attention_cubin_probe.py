@@ -39,6 +39,10 @@ H100, 2026-12-06 (one run, two rounds), 64 rows and the mask's run (``RUN`` 2) w
 registers, 4 programs an SM) against 32: 32 x 512 77.5-78.1 / 67.1-67.2, 8 x 383 18.4 / 16.7-16.8, 1 x 128
 4.2-4.3 / 4.2; with 2 stages 84.1-84.2 at 32 x 512. Its SASS (32 keys) holds about 230 instructions a thread
 a step for 16 scores: 16 exponentials, 16 FMAs, 14 maxima, 18 adds, 32 multiplies of the accumulator.
+``_tma`` (K and V through tensor descriptors made in the kernel, rows past the batch's last visible key read
+as zeros; 82 registers, the loop no shorter, 4 barriers a step): 64 rows 73.6-73.8 at 32 x 512 against 66.5-67.0,
+1 x 128 6.0 against 4.2-4.3; 128 rows, 8 warps 86-87. ``tl.range(..., warp_specialize=True)`` does not apply on
+sm_90 with this Triton (3.8): 4 warps fail in its NVGPUWarpSpecialization pass, 8 compile to the same PTX.
 """
 
 from __future__ import annotations
@@ -83,6 +87,9 @@ VARIANTS = {
     "m128_run3": (128, 1, 32, 32, False, 4, 3, 0),
     "m64_n64_run2": (64, 1, 64, 64, False, 4, 3, 0),  # 127 registers, 4 programs an SM
     "m64_n64_s2_run2": (64, 1, 64, 64, False, 4, 2, 0),
+    "m64_run2_tma": (64, 1, 32, 32, False, 4, 3, 0),
+    "m128_w8_run2_tma": (128, 1, 32, 32, False, 8, 3, 0),
+    "m64_n64_run2_tma": (64, 1, 64, 64, False, 4, 3, 0),
 }
 
 
@@ -111,7 +118,8 @@ def _scores(qk, m_i):
 
 @triton.jit
 def _rows(q_ptr, k_base, v_base, mask_row, out_ptr, b, h, first_row, rows, first, hi, run, q_stride0, out_stride0,
-          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PIPELINE: tl.constexpr, RUN: tl.constexpr):
+          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PIPELINE: tl.constexpr, RUN: tl.constexpr,
+          TMA: tl.constexpr):
     """BLOCK_M query rows from ``first_row`` against the keys lo..hi."""
     rm = first_row + tl.arange(0, BLOCK_M)
     rn0 = tl.arange(0, BLOCK_N)
@@ -139,11 +147,18 @@ def _rows(q_ptr, k_base, v_base, mask_row, out_ptr, b, h, first_row, rows, first
             m_i, l_i, acc = _softmax_step(qk, allowed, m_i, l_i, acc, v)
             qk = qk_next
     else:
+        if TMA:  # K and V through tensor descriptors of the batch's hi keys: rows past hi read as zeros
+            k_desc = tl.make_tensor_descriptor(k_base, shape=[hi, D], strides=[ROW, 1], block_shape=[BLOCK_N, D])
+            v_desc = tl.make_tensor_descriptor(v_base, shape=[hi, D], strides=[ROW, 1], block_shape=[BLOCK_N, D])
         for start in range(lo, hi, BLOCK_N):
             rn = start + rn0
             keys_ok = rn < hi
-            k = tl.load(k_base + rn[:, None] * ROW + rd[None, :], mask=keys_ok[:, None], other=0.0)
-            v = tl.load(v_base + rn[:, None] * ROW + rd[None, :], mask=keys_ok[:, None], other=0.0)
+            if TMA:
+                k = k_desc.load([start, 0])
+                v = v_desc.load([start, 0])
+            else:
+                k = tl.load(k_base + rn[:, None] * ROW + rd[None, :], mask=keys_ok[:, None], other=0.0)
+                v = tl.load(v_base + rn[:, None] * ROW + rd[None, :], mask=keys_ok[:, None], other=0.0)
             qk = tl.dot(q, tl.trans(k))
             if RUN == 0:
                 allowed = tl.load(mask_row + rn, mask=keys_ok, other=0) != 0
@@ -172,7 +187,7 @@ def _rows(q_ptr, k_base, v_base, mask_row, out_ptr, b, h, first_row, rows, first
 @triton.jit
 def attention(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, rows, keys, q_stride0, mask_stride0, out_stride0,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SCAN: tl.constexpr, PIPELINE: tl.constexpr,
-              GROUP: tl.constexpr, RUN: tl.constexpr):
+              GROUP: tl.constexpr, RUN: tl.constexpr, TMA: tl.constexpr):
     """A program: GROUP blocks of BLOCK_M query rows of one (batch, head), one after the other, after one
     first pass over the batch's mask."""
     pid = tl.program_id(0)
@@ -197,13 +212,13 @@ def attention(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, rows, keys, q_stride0, mas
         first_row = (pid % row_groups * GROUP + g) * BLOCK_M
         if first_row < rows:
             _rows(q_ptr, k_base, v_base, mask_row, out_ptr, b, h, first_row, rows, first, hi, run, q_stride0,
-                  out_stride0, BLOCK_M, BLOCK_N, PIPELINE, RUN)
+                  out_stride0, BLOCK_M, BLOCK_N, PIPELINE, RUN, TMA)
 
 
 SIGNATURE = {"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16", "mask_ptr": "*i1", "out_ptr": "*fp16",
              "rows": "i32", "keys": "i32", "q_stride0": "i32", "mask_stride0": "i32", "out_stride0": "i32",
              "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "SCAN": "constexpr", "PIPELINE": "constexpr",
-             "GROUP": "constexpr", "RUN": "constexpr"}
+             "GROUP": "constexpr", "RUN": "constexpr", "TMA": "constexpr"}
 ALIGNED = ("q_ptr", "k_ptr", "v_ptr", "mask_ptr", "out_ptr", "q_stride0", "out_stride0")
 
 
@@ -231,9 +246,9 @@ def compile_all(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     params = [p for p, kind in SIGNATURE.items() if kind != "constexpr"]
     for name, (block_m, group, block_n, scan, pipeline, warps, stages, maxnreg) in VARIANTS.items():
-        run = int(name.rsplit("_run", 1)[1]) if "_run" in name else 0
+        run = int(name.split("_run", 1)[1][0]) if "_run" in name else 0
         consts = {"BLOCK_M": block_m, "BLOCK_N": block_n, "SCAN": scan, "PIPELINE": pipeline, "GROUP": group,
-                  "RUN": run}
+                  "RUN": run, "TMA": name.endswith("_tma")}
         src = ASTSource(fn=attention, signature=SIGNATURE, constexprs=consts,
                         attrs={(params.index(p),): [["tt.divisibility", 16]] for p in ALIGNED})
         try:

@@ -244,8 +244,9 @@ def section_axes(results: Path) -> list[str]:
              "by the build's Triton, as packages run). reduce-overhead's time moves from run to run and machine to "
              "machine, with eager's: at 32 × 512 it took 8.796-9.343 ms in eight runs on H100s (9.261 and 9.534 on "
              "two whose eager calls took up to 1.8 times as long), ours 6.87-6.92 in the last three. The run below "
-             "is of the code as it stands, on an H100 whose eager calls were not slow (2026-12-06)"
-             + largest + "."), "",
+             "is of the code as it stands, on an H100 whose eager calls were not slow (2026-12-06)" + largest + "; a "
+             "second run of the same wheels that day, on an H100 whose eager calls were slower (up to 8.0 ms), 9.447 / "
+             "6.885 = 1.37× (`benchmarks/results/axes_h100_s64_second/`)."), "",
             *lines, "", sources_line(results, SOURCES["axes"]), ""]
 
 
