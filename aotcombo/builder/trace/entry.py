@@ -24,7 +24,7 @@ from ...runtime.manifest import Dynamic
 from .. import graph as g
 from ..inputs.usercode import where
 from ..kernels.linear import combine as linear_combine, float8_tiles, match as linear_match, quant as linear_quant
-from ..kernels.linear import activation_epilogue, quant_match, weight_layout
+from ..kernels.linear import activation_epilogue, quant_match
 from ..kernels.attention import rope_fold
 from ..kernels.conv import cudnn_epilogue
 from . import decompositions, forked, guard_records, plain, specialization
@@ -155,7 +155,6 @@ def _compile(ep, module, arch: int, inductor_combo_kernels: bool, dynamic: Dynam
         activation_epilogue.fuse(ep)  # the activations of those left to cuBLAS: in its epilogue
         cudnn_epilogue.fuse(ep)  # a convolution's BatchNorm in its weights, its ReLU in cuDNN's epilogue
         linear_quant.expand(ep)  # those no kernel of ours reads: back to ATen ops
-        weight_layout.transpose(ep)  # a [k, n] weight cuBLAS reads: as [n, k], transposed at load
         causal_masks(ep)  # a causal mask made of constants: is_causal, no mask
         read_grouped_heads(ep)  # no key/value copy per query head
         key_masks(ep)  # a padding mask: one row of keys per batch, our prefill kernel's
