@@ -48,7 +48,7 @@ def section_axes(results: Path, sources: list[str]) -> list[str]:
              "longest first, torch's flash attention over each batch's visible keys "
              "(`benchmarks/masked_prefill_probe.py`), 64-key steps in the attention (77.5 us a layer against 67.2). "
              "The attention reads a padding mask in its first pass only and takes 64 query rows a program (32 × 512: "
-             "67.1-67.9 us a layer against 69.2-72.2; `benchmarks/attention_cubin_probe.py` times cubins compiled "
+             "66.5-67.9 us a layer against 69.2-72.2; `benchmarks/attention_cubin_probe.py` times cubins compiled "
              "by the build's Triton, as packages run). reduce-overhead's time moves from run to run and machine to "
              "machine, with eager's: at 32 × 512 it took 8.796-9.343 ms in eight runs on H100s (9.261 and 9.534 on "
              "two whose eager calls took up to 1.8 times as long), ours 6.87-6.92 in the last three. The run below "
