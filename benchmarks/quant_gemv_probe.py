@@ -30,6 +30,13 @@ checks the PTX blocks' logic with numpy).
 Per linear: the rule's kernel of the package and these at several tiles, us (CUDA graphs,
 ``fused_linear_bench.time_graph``) and GB/s over the weight's bytes and scales, each checked
 against the float64 product of the dequantized weight (relative L2 <= 1e-2).
+
+What it found (H100, torch 2.11, triton 3.6, 2026-12-06, one run, us, the package's rule against the
+best of these): int8 q/k/v 3.60 against 5.29 (hfma2, 32 rows x 4 splits), o 2.94 against 4.93, gate/up
+13.91 against 14.30, down 8.40 against 11.18; int4 down 5.67 against 16.78 (dot, 64 x 4) and 16.99
+(hfma2, 32 x 4); int4 gate/up's best here 14.28 (hfma2, 64 x 4). All were within 1.5-1.8e-3 of float64.
+Fewer instructions a weight did not make these faster: their programs hold 32-256 rows (the rule's
+hold 4) and so fewer programs and bytes in flight. None became a kernel path.
 """
 
 from __future__ import annotations
