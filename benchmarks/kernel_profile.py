@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -28,18 +29,28 @@ import torch  # noqa: E402
 from zoo_bench import resolve  # noqa: E402
 
 
-def kernel_table(model, inputs, calls: int) -> list[tuple[str, int, float]]:
-    """(kernel, launches per call, us per call) of ``model(*inputs)``, largest first."""
+def profiled(model, inputs, calls: int, warmups: int = 5, rest_s: float = 0.0):
+    """torch's profiler (CUDA) over ``calls`` calls of ``model(*inputs)`` after ``warmups``; with
+    ``rest_s``, each call is synchronized and followed by that much rest (the GPU idle before the next)."""
     from torch.profiler import ProfilerActivity, profile
 
     with torch.no_grad():
-        for _ in range(5):
+        for _ in range(warmups):
             model(*inputs)
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(calls):
                 model(*inputs)
+                if rest_s:
+                    torch.cuda.synchronize()
+                    time.sleep(rest_s)
             torch.cuda.synchronize()
+    return prof
+
+
+def kernel_table(model, inputs, calls: int) -> list[tuple[str, int, float]]:
+    """(kernel, launches per call, us per call) of ``model(*inputs)``, largest first."""
+    prof = profiled(model, inputs, calls)
     rows = [(e.key, e.count // calls, e.device_time_total / calls) for e in prof.key_averages()
             if e.device_time_total > 0]
     return sorted(rows, key=lambda r: -r[2])
