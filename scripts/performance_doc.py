@@ -68,9 +68,12 @@ SOURCES = {
     "roofline": ["roofline/roofline.jsonl"],
     # zoo_bench.py --max-autotune over the full-size set: each row one process (runs on one GPU kind appended)
     "one_run": ["full_size/one_run/zoo_bench.jsonl"],
+    # zoo_bench.py (no max-autotune) over the full-size set on an H100: each row one process, one machine
+    "one_run_h100": ["full_size_h100_s65/zoo_bench.jsonl"],
 }
 MEMORY_BEFORE_AFTER = ("_old", "")  # memory_bench.py's packages: the build before (name + "_old"), and after
 
+FULL_SIZE_ORDER = ("bert_base", "gpt2", "llama_1b", "vit_base", "resnet50", "whisper_encoder", "sd_unet")
 SPAN = "Across the samples, the zoo and the full-size models"  # the head's line of ratios
 SAMPLES = ("branches", "transformer_block", "adam_step", "conv_block")
 # A Llama 3.2 1B decode step reads every weight once (the tied LM head once) and its 33.5 MB cache
@@ -314,6 +317,13 @@ def document(results: Path, page: Page) -> str:
             "ms before), BERT-base's after its padding mask went to our prefill attention (ours 0.700 ms before). "
             "*MA / default*: max-autotune's time over our default call's."))[0]),
         ("Full-size models in one run", lambda: section_one_run(results, SOURCES["one_run"], SOURCES["roofline"][0])),
+        ("Full-size models on an H100", lambda: section_calls(results, "one_run_h100", "Full-size models on an H100", (
+            "The seven full-size models at their files' example shapes (built with `--weights external --arch "
+            "sm_90`), each from its own process of `benchmarks/zoo_bench.py full/MODEL`, one after the other on one "
+            "H100 in one session (2026-12-06); reduce-overhead only (max-autotune: the two tables above). "
+            "Reduce-overhead's time moves from run to run on these machines: ViT-B/16's was 1.392 ms in the "
+            "max-autotune table above and 1.210 here, ours 0.908 and 0.872."),
+            order=[f"full/{m}" for m in FULL_SIZE_ORDER])[0]),
         ("Roofline floors", lambda: section_roofline(results, SOURCES["roofline"][0])),
         ("Dynamic axes", lambda: section_axes(results, SOURCES["axes"])),
         ("Build time", lambda: section_build_times(results, SOURCES["build_times"])),
