@@ -24,7 +24,6 @@ package, us a step): q/k/v 4.35 a layer, attention 3.77 and its merge 1.37, o 3.
 from __future__ import annotations
 
 import argparse
-import collections
 import importlib
 import re
 import sys
@@ -35,7 +34,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import torch  # noqa: E402
 
-from kernel_profile import kernel_table, profiled  # noqa: E402
+from kernel_profile import kernel_table, median_replay, print_replay  # noqa: E402
 from quantized_llm_bench import VARIANTS, filled  # noqa: E402
 
 from aotcombo.testing.zoo import FULL_SIZE_DIR, model_file  # noqa: E402
@@ -60,34 +59,6 @@ def weight_bytes(summary: str) -> int:
         return 0
     _, k, n, twice, _, bits = match.groups()
     return int(k) * int(n) * (2 if twice else 1) * int(bits or 16) // 8
-
-
-def median_replay(m, inputs: list, calls: int) -> list:
-    """The CUDA kernels of the median (by span) of ``calls`` calls, each after 10 ms of rest."""
-    prof = profiled(m, inputs, calls, warmups=20, rest_s=0.01)
-    kernels = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
-                     key=lambda e: e.time_range.start)
-    replays = [[kernels[0]]]
-    for before, e in zip(kernels, kernels[1:]):
-        if e.time_range.start - before.time_range.end > 3000:  # the rest between calls
-            replays.append([])
-        replays[-1].append(e)
-    return sorted(replays, key=lambda r: r[-1].time_range.end - r[0].time_range.start)[len(replays) // 2]
-
-
-def print_replay(label: str, position: int, replay: list) -> None:
-    start = replay[0].time_range.start
-    span = replay[-1].time_range.end - start
-    sums, counts, gaps, end = collections.defaultdict(float), collections.Counter(), 0.0, start
-    for e in replay:
-        gaps += max(0.0, e.time_range.start - end)
-        end = max(end, e.time_range.end)
-        sums[e.name] += e.time_range.end - e.time_range.start
-        counts[e.name] += 1
-    print(f"\n{label} @ {position}: span {span:.1f} us, {len(replay)} kernels, gaps {gaps:.1f} us "
-          f"({torch.cuda.get_device_name()})")
-    for name, us in sorted(sums.items(), key=lambda kv: -kv[1]):
-        print(f"{us:8.1f} us {counts[name]:3d}x {us / counts[name]:6.2f} us  {name[:70]}")
 
 
 def main() -> None:
@@ -117,7 +88,7 @@ def main() -> None:
         if args.replay:
             m = package.load("cuda", weights=weights, copy_outputs=False)
             for position in dict.fromkeys((5, args.position)):
-                print_replay(label, position, median_replay(m, filled(m, source, position)[0], args.calls))
+                print_replay(f"{label} @ {position}", median_replay(m, filled(m, source, position)[0], args.calls))
             del m
             torch.cuda.empty_cache()
             continue
