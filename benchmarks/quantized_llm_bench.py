@@ -67,6 +67,14 @@ def inductor_settings() -> dict:
     return {key: now[key] for key in INDUCTOR if key in now}
 
 
+def add_variants(specs: list[str]) -> list[str]:
+    """``LABEL=PACKAGE:MODEL_FN`` each (``--also``) into ``VARIANTS``; their labels."""
+    for spec in specs:
+        label, _, target = spec.partition("=")
+        VARIANTS[label] = tuple(target.split(":"))
+    return [spec.partition("=")[0] for spec in specs]
+
+
 def failed(rows: list, variant: str, exc: BaseException) -> None:
     traceback.print_exc()
     rows.append({"variant": variant, "error": f"{type(exc).__name__}: {str(exc)[-600:]}"})
@@ -222,9 +230,7 @@ def main() -> None:
     parser.add_argument("--also", action="append", default=[], metavar="LABEL=PACKAGE:MODEL_FN",
                         help="another package of a model function, timed beside ours (repeatable)")
     args = parser.parse_args()
-    for also in args.also:
-        label, _, target = also.partition("=")
-        VARIANTS[label] = tuple(target.split(":"))
+    add_variants(args.also)
     begin, device, rows = time.perf_counter(), torch.device("cuda"), []
     Path(args.out).mkdir(parents=True, exist_ok=True)
     positions = [int(p) for p in args.positions.split(",")]

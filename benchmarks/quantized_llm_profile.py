@@ -35,7 +35,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 import torch  # noqa: E402
 
 from kernel_profile import kernel_table, median_replay, print_replay  # noqa: E402
-from quantized_llm_bench import VARIANTS, filled  # noqa: E402
+from quantized_llm_bench import VARIANTS, add_variants, filled  # noqa: E402
 
 from aotcombo.testing.zoo import FULL_SIZE_DIR, model_file  # noqa: E402
 
@@ -73,11 +73,7 @@ def main() -> None:
     args = parser.parse_args()
     import aotcombo
 
-    labels = args.variants.split(",")
-    for also in args.also:
-        label, _, target = also.partition("=")
-        VARIANTS[label] = tuple(target.split(":"))
-        labels.append(label)
+    labels = args.variants.split(",") + add_variants(args.also)
     source = model_file("llama_1b_decode", FULL_SIZE_DIR)
     for label in labels:
         package_name, model_fn = VARIANTS[label]

@@ -24,7 +24,7 @@ from performance_build import section_build_times
 from performance_format import (ROOT, MissingResults, Page, call_table, device_of, jsonl, ms, ratio, shown,
                                 sources_line, span, table)
 from performance_llm import section_llama_8b, section_llm_batch, section_sampling, section_tensor_parallel
-from performance_roofline import section_one_run, section_roofline
+from performance_roofline import ONE_RUN_ORDER, section_one_run, section_roofline
 
 SOURCES = {
     # benchmarks/zoo_bench.py: eager, reduce-overhead, our default call and serving path, one process per model
@@ -73,7 +73,6 @@ SOURCES = {
 }
 MEMORY_BEFORE_AFTER = ("_old", "")  # memory_bench.py's packages: the build before (name + "_old"), and after
 
-FULL_SIZE_ORDER = ("bert_base", "gpt2", "llama_1b", "vit_base", "resnet50", "whisper_encoder", "sd_unet")
 SPAN = "Across the samples, the zoo and the full-size models"  # the head's line of ratios
 SAMPLES = ("branches", "transformer_block", "adam_step", "conv_block")
 # A Llama 3.2 1B decode step reads every weight once (the tied LM head once) and its 33.5 MB cache
@@ -323,7 +322,7 @@ def document(results: Path, page: Page) -> str:
             "H100 in one session (2026-12-06); reduce-overhead only (max-autotune: the two tables above). "
             "Reduce-overhead's time moves from run to run on these machines: ViT-B/16's was 1.392 ms in the "
             "max-autotune table above and 1.210 here, ours 0.908 and 0.872."),
-            order=[f"full/{m}" for m in FULL_SIZE_ORDER])[0]),
+            order=[f"full/{m}" for m in ONE_RUN_ORDER])[0]),
         ("Roofline floors", lambda: section_roofline(results, SOURCES["roofline"][0])),
         ("Dynamic axes", lambda: section_axes(results, SOURCES["axes"])),
         ("Build time", lambda: section_build_times(results, SOURCES["build_times"])),
