@@ -253,7 +253,7 @@ def _persistent_rows():
 
 
 def run_inductor(gm, fake_inputs, combo_kernels: bool = False, dynamic: bool = False):
-    from . import activations
+    from . import activations, group_norm
     from .direct import compile_without_retrace
     from .layout_guards import padded_attention_masks
 
@@ -268,8 +268,9 @@ def run_inductor(gm, fake_inputs, combo_kernels: bool = False, dynamic: bool = F
             "os.environ", {"TORCHINDUCTOR_CACHE_DIR": cache}
         ), _inductor_config(combo_kernels, dynamic), _install_capture(), _note_failing_node(), _persistent_rows(), \
                 padded_attention_masks():
-            # Inductor's own GELU where its launches are counted (torch.compile's kernels)
-            compile_without_retrace(gm, fake_inputs, {} if combo_kernels else activations.TABLE)
+            # Inductor's own GELU and GroupNorm where its launches are counted (torch.compile's kernels)
+            compile_without_retrace(gm, fake_inputs,
+                                    {} if combo_kernels else {**activations.TABLE, **group_norm.TABLE})
     except BaseException as exc:  # noqa: BLE001 - we look for our marker in the chain
         seen = exc
         while seen is not None:
