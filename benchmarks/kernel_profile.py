@@ -16,14 +16,18 @@ for it on the GPU: its time here includes that wait, so a chain of ours reads lo
 ``--replay``: the default call instead (graph mode), each of ``--calls`` calls after 10 ms of rest; the
 median call's span (first kernel's start to last one's end), its kernels, the gaps where none ran,
 their time by source (ours: the package's kernels; Inductor's Triton kernels; copies and memsets;
-libraries: cuBLAS, cuDNN, flash attention and the rest), and per kernel. With ``--compiled``,
-reduce-overhead's (``torch.compile(mode="reduce-overhead")``) the same way.
+libraries: cuBLAS, cuDNN, flash attention and the rest), and per kernel, each kernel's time as its share of
+the span (what it ran past the kernels before it: a kernel launched early, waiting on the GPU, is not
+counted twice). With ``--compiled``, reduce-overhead's (``torch.compile(mode="reduce-overhead")``) the
+same way, and the ratio of the spans beside its ceiling: reduce-overhead's span over the share of ours
+that is library kernels (cuBLAS, cuDNN) whatever else ours did.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import sys
 import time
 from pathlib import Path
@@ -76,24 +80,34 @@ def source_of(kernel: str) -> str:
     return "copies" if kernel.startswith(("Memcpy", "Memset")) else "libraries"
 
 
-def print_replay(title: str, replay: list, top: int | None = None) -> None:
-    """``replay``'s span, kernels, gaps and time by source, then per kernel (the ``top`` largest)."""
+def print_replay(title: str, replay: list, top: int | None = None) -> dict:
+    """``replay``'s span, kernels, gaps and time by source, then per kernel (the ``top`` largest); returns
+    the span and each source's share of it (us).
+
+    A kernel's share of the span is the time it ran alone past the kernels before it: a kernel launched
+    early (PDL) starts while the one before still runs and waits for it, so its own duration counts
+    that wait twice. The shares and the gaps sum to the span; a kernel's duration is printed beside."""
     start = replay[0].time_range.start
     span = replay[-1].time_range.end - start
-    sums, counts, sources, gaps, end = (collections.defaultdict(float), collections.Counter(),
-                                        collections.defaultdict(float), 0.0, start)
+    sums, shares, counts, sources, gaps, end = (collections.defaultdict(float), collections.defaultdict(float),
+                                                collections.Counter(), collections.defaultdict(float), 0.0, start)
     for e in replay:
         gaps += max(0.0, e.time_range.start - end)
+        share = max(0.0, e.time_range.end - max(end, e.time_range.start))
         end = max(end, e.time_range.end)
-        us = e.time_range.end - e.time_range.start
-        sums[e.name] += us
+        sums[e.name] += e.time_range.end - e.time_range.start
+        shares[e.name] += share
         counts[e.name] += 1
-        sources[source_of(e.name)] += us
+        sources[source_of(e.name)] += share
     said = ", ".join(f"{name} {us:.1f}" for name, us in sorted(sources.items(), key=lambda kv: -kv[1]))
-    print(f"\n{title}: span {span:.1f} us, {len(replay)} kernels, gaps {gaps:.1f} us; by source (us) {said} "
-          f"({torch.cuda.get_device_name()})")
-    for name, us in sorted(sums.items(), key=lambda kv: -kv[1])[:top]:
-        print(f"{us:8.1f} us {counts[name]:3d}x {us / counts[name]:6.2f} us  {name[:90]}")
+    print(f"\n{title}: span {span:.1f} us, {len(replay)} kernels, gaps {gaps:.1f} us; share of the span by "
+          f"source (us) {said} ({torch.cuda.get_device_name()})")
+    print(f"{'share':>8}    {'n':>3}  {'each':>6}  {'duration':>8}")
+    for name, us in sorted(shares.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"{us:8.1f} us {counts[name]:3d}x {us / counts[name]:6.2f} {sums[name]:8.1f}  {name[:90]}")
+    return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "span_us": span, "gaps_us": gaps,
+            "kernels": len(replay),
+            **{f"{source}_us": us for source, us in sources.items()}}
 
 
 def kernel_table(model, inputs, calls: int) -> list[tuple[str, int, float]]:
@@ -111,21 +125,34 @@ def main() -> None:
     parser.add_argument("--compiled", action="store_true", help="also torch.compile's kernels (default mode; "
                                                                 "with --replay, reduce-overhead)")
     parser.add_argument("--replay", action="store_true", help="the default call's graph replay, calls after rest")
+    parser.add_argument("--out", help="with --replay, a folder for kernel_profile_replay.jsonl (a line a model "
+                                          "appended: span, gaps and shares by source, reduce-overhead's under "
+                                          "reduce_overhead)")
+    parser.add_argument("--top", type=int, default=20, help="with --replay, the kernels shown per call (largest "
+                                                            "share first)")
     args = parser.parse_args()
     for name in args.models:
         package, sets, eager, weights = resolve(name)
         if args.replay:
             with torch.no_grad():
-                print_replay(f"{name}, ours", median_replay(package.load("cuda", weights=weights), sets[0], args.calls),
-                             top=20)
+                ours = print_replay(f"{name}, ours", median_replay(package.load("cuda", weights=weights), sets[0],
+                                                                   args.calls), top=args.top)
                 if args.compiled:
                     compiled = torch.compile(eager, mode="reduce-overhead")
 
                     def reduce_overhead(*x):
                         torch.compiler.cudagraph_mark_step_begin()
                         return compiled(*x)
-                    print_replay(f"{name}, reduce-overhead", median_replay(reduce_overhead, sets[0], args.calls),
-                                 top=20)
+                    theirs = print_replay(f"{name}, reduce-overhead", median_replay(reduce_overhead, sets[0],
+                                                                                    args.calls), top=args.top)
+                    ceiling = (f"; ceiling {theirs['span_us'] / ours['libraries_us']:.2f}x (its span over the library "
+                               f"kernels' share of ours)" if ours.get("libraries_us") else "")
+                    print(f"{name}: reduce-overhead / ours {theirs['span_us'] / ours['span_us']:.2f}x by span{ceiling}")
+                    ours["reduce_overhead"] = theirs
+                if args.out:
+                    Path(args.out).mkdir(parents=True, exist_ok=True)
+                    with open(Path(args.out) / "kernel_profile_replay.jsonl", "a") as f:
+                        f.write(json.dumps({"model": name, **ours}) + "\n")
             continue
         runs = [("ours", package.load("cuda", graphs=False, weights=weights))]
         if args.compiled:
