@@ -15,8 +15,8 @@ from aotcombo.tools import interpret
 aten = torch.ops.aten
 
 
-@pytest.mark.parametrize("shape,groups", [((2, 320, 16, 16), 32), ((3, 64, 7, 5), 8), ((1, 12, 40), 4),
-                                          ((2, 32, 4, 4, 4), 32)])
+@pytest.mark.parametrize("shape,groups", [((2, 320, 32, 32), 32), ((3, 64, 70, 50), 8), ((1, 12, 40000), 4),
+                                          ((2, 32, 32, 32, 16), 32)])
 @pytest.mark.parametrize("affine", [True, False])
 def test_float32_matches_torch(shape, groups, affine):
     torch.manual_seed(0)
@@ -34,19 +34,22 @@ def test_float32_matches_torch(shape, groups, affine):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_sixteen_bits_within_an_ulp(dtype):
     torch.manual_seed(0)
-    x = (torch.randn(2, 64, 32, 32) * 2 + 1).to(dtype).contiguous(memory_format=torch.channels_last)
+    x = (torch.randn(2, 64, 64, 64) * 2 + 1).to(dtype).contiguous(memory_format=torch.channels_last)
     w, b = torch.randn(64).to(dtype), torch.randn(64).to(dtype)
-    exact = aten.native_group_norm(x.double(), w.double(), b.double(), 2, 64, 1024, 16, 1e-5)[0]
-    got = group_norm.native_group_norm(x, w, b, 2, 64, 1024, 16, 1e-5)[0]
-    eager = aten.native_group_norm(x.float(), w.float(), b.float(), 2, 64, 1024, 16, 1e-5)[0].to(dtype)
+    exact = aten.native_group_norm(x.double(), w.double(), b.double(), 2, 64, 4096, 16, 1e-5)[0]
+    got = group_norm.native_group_norm(x, w, b, 2, 64, 4096, 16, 1e-5)[0]
+    eager = aten.native_group_norm(x.float(), w.float(), b.float(), 2, 64, 4096, 16, 1e-5)[0].to(dtype)
     ulp = torch.finfo(dtype).eps * exact.abs().clamp_min(1.0)
     assert ((got.double() - exact).abs() <= ulp).all()
     assert (got.double() - exact).abs().sum() <= 1.01 * (eager.double() - exact).abs().sum()
 
 
 def test_what_it_leaves_to_inductor():
-    x = torch.randn(2, 8, 4, 4, dtype=torch.float64)
-    assert group_norm.native_group_norm(x, None, None, 2, 8, 16, 4, 1e-5) is NotImplemented
+    """float64, and groups Inductor reduces in one kernel (under LARGE_GROUP elements)."""
+    x = torch.randn(2, 8, 64, 64, dtype=torch.float64)
+    assert group_norm.native_group_norm(x, None, None, 2, 8, 4096, 4, 1e-5) is NotImplemented
+    small = torch.randn(2, 64, 16, 16)
+    assert group_norm.native_group_norm(small, None, None, 2, 64, 256, 32, 1e-5) is NotImplemented
 
 
 class Block(nn.Module):

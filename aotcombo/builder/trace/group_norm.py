@@ -16,13 +16,16 @@ channel's variance plus its mean's squared distance from the group's), and the o
 ``(x - mean) * (rstd * weight) + bias`` in float32, rounded once, as eager's kernel computes it.
 The launches stay four a norm (the channels' partial sums, the channels', the groups', the output),
 each reduction now loading whole rows. H100, SD 1.5's UNet (``zoo_bench.py full/sd_unet
---no-compile``, before / after / after with 64 x 32 outer blocks, in turn, twice, 2026-12-06):
-6.560 / 6.557 -> 5.784 / 5.785 ms a call (5.812 / 5.808 with the larger blocks: not kept); the
-kernels of ours in one replay 2097 -> 1354 us. Its output against float32 eager 1.02e-3 (relative
-L2; eager's fp16 1.61e-3).
+--no-compile``, before / after / after with 64 x 32 outer blocks, in turn, twice, 2026-12-06, every
+group taken): 6.560 / 6.557 -> 5.784 / 5.785 ms a call (5.812 / 5.808 with the larger blocks: not
+kept); the kernels of ours in one replay 2097 -> 1354 us. Its output against float32 eager 1.02e-3
+(relative L2; eager's fp16 1.61e-3). Since, groups under ``LARGE_GROUP`` are Inductor's again: the
+UNet 583 -> 566 launches a call, checked against eager on the H100, not timed.
 
-Only 16-bit and float32 inputs of at least three dimensions with sizes fixed at build time;
-anything else is Inductor's own decomposition.
+Only groups of at least ``LARGE_GROUP`` elements, 16-bit or float32, of at least three dimensions
+with sizes fixed at build time; anything else is Inductor's own decomposition. Smaller groups
+Inductor reduces in one kernel, a program a group, where this form takes two or three launches
+(the zoo's diffusers UNet: 168 -> 199 launches a call with every group taken).
 """
 
 from __future__ import annotations
@@ -30,12 +33,14 @@ from __future__ import annotations
 import torch
 
 aten = torch.ops.aten
+LARGE_GROUP = 8192  # elements a group: below, Inductor's one persistent reduction (SD 1.5's 16 x 16 x 20)
 
 
 def native_group_norm(x, weight, bias, n, c, hxw, group, eps):
     """``aten.native_group_norm``: (output, mean, rstd), the last two [n, group] in float32."""
     if (x.dtype not in (torch.float16, torch.bfloat16, torch.float32) or x.dim() < 3
-            or not all(isinstance(v, int) for v in (n, c, hxw, group, *x.shape)) or c % group):
+            or not all(isinstance(v, int) for v in (n, c, hxw, group, *x.shape)) or c % group
+            or c // group * hxw < LARGE_GROUP):
         return NotImplemented
     per_group = c // group
     xf = x.float().reshape(n, c, hxw)
