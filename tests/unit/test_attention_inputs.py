@@ -1,6 +1,7 @@
 """Attention reads q, k and v through their strides (builder/trace/attention_inputs.py): a
 ``contiguous()`` copy only the attention reads (Whisper's) is dropped, no copy kernel is
-written for it or for the output's transpose after, and the result matches eager.
+written for it or for the output's transpose after, and the result matches eager. A query
+scaled by a power of two is handed over unscaled, the factor in the call's scale.
 
 Built for sm_90 and run under Triton's interpreter on fresh random inputs against eager in
 float64; relative L2 <= 1e-5 (float32)."""
@@ -11,6 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from aotcombo.builder.graph import Extern
 from aotcombo.builder.pipeline import build_package
 from aotcombo.testing.compare import relative_error
 from aotcombo.tools import interpret
@@ -22,10 +24,10 @@ class CopiedHeads(nn.Module):
     """Self-attention over [batch, seq, HEADS * DIM] whose heads are made contiguous first, as
     Whisper's attention does (``contiguous``: False leaves the copies out, the reference)."""
 
-    def __init__(self, contiguous: bool = True):
+    def __init__(self, contiguous: bool = True, factor: float = 0.5):
         super().__init__()
         self.q, self.k, self.v = (nn.Linear(HEADS * DIM, HEADS * DIM) for _ in range(3))
-        self.contiguous = contiguous
+        self.contiguous, self.factor = contiguous, factor
 
     def forward(self, x):
         b, s, _ = x.shape
@@ -34,7 +36,7 @@ class CopiedHeads(nn.Module):
             t = t.view(b, s, HEADS, DIM).transpose(1, 2)
             return t.contiguous() if self.contiguous else t
 
-        out = F.scaled_dot_product_attention(heads(self.q(x) * 0.5), heads(self.k(x)), heads(self.v(x)))
+        out = F.scaled_dot_product_attention(heads(self.q(x) * self.factor), heads(self.k(x)), heads(self.v(x)))
         return out.transpose(1, 2).contiguous().reshape(b, s, -1)
 
 
@@ -55,6 +57,26 @@ def test_copies_only_attention_reads_are_dropped_and_it_matches_eager(tmp_path):
     with torch.no_grad():
         ref = model.double()(x.double())
     assert relative_error(got, ref) <= 1e-5
+
+
+def test_a_power_of_two_on_the_query_goes_into_the_scale(tmp_path):
+    """0.5 leaves no kernel of its own (the q, k, v linears are one matmul, sliced); 0.3 (not a power of
+    two: the product would round otherwise) stays a kernel. Both match eager."""
+    seq, x = 160, torch.randn(2, 160, HEADS * DIM, generator=torch.Generator().manual_seed(7))
+    built = {}
+    for factor in (0.5, 0.3):
+        torch.manual_seed(0)
+        model = CopiedHeads(factor=factor).eval()
+        built[factor] = build_package(model, [torch.randn(2, seq, HEADS * DIM)], arch=["sm_90"],
+                                      out=tmp_path / str(factor), cache=False)
+        graph = built[factor].variants[0].plan.graph
+        attention = [op for op in graph.ops if isinstance(op, Extern) and "attention" in op.op]
+        assert len(attention) == 1
+        assert dict(attention[0].kwargs).get("scale") == (factor / DIM ** 0.5 if factor == 0.5 else None)
+        with torch.no_grad():
+            ref = model.double()(x.double())
+        assert relative_error(interpret.run_variant(built[factor], 0, [x]), ref) <= 1e-5
+    assert _kernels(built[0.3]) == _kernels(built[0.5]) + 1
 
 
 def test_an_output_in_its_query_layout_builds_and_matches_eager(tmp_path):

@@ -57,10 +57,10 @@ def make_masks_additive(ep) -> int:
     return rewritten
 
 
-def fused_calls(graph):
-    """(node, its arguments by name) of each of ``graph``'s fused attention calls."""
+def fused_calls(graph, targets: tuple = _FUSED):
+    """(node, its arguments by name) of each of ``graph``'s fused attention calls (of ``targets``)."""
     for node in list(graph.nodes):
-        if node.op == "call_function" and node.target in _FUSED:
+        if node.op == "call_function" and node.target in targets:
             names = [a.name for a in node.target._schema.arguments]
             yield node, {**dict(zip(names, node.args)), **node.kwargs}
 

@@ -28,7 +28,7 @@ from ..kernels.linear import activation_epilogue, quant_match
 from ..kernels.attention import rope_fold
 from ..kernels.conv import cudnn_epilogue
 from . import decompositions, forked, guard_records, plain, specialization
-from .attention_inputs import drop_copies_before_attention
+from .attention_inputs import drop_copies_before_attention, scale_in_attention
 from .attention_masks import make_masks_additive
 from .capture import run_inductor
 from .causal_masks import causal_masks
@@ -160,6 +160,7 @@ def _compile(ep, module, arch: int, inductor_combo_kernels: bool, dynamic: Dynam
         key_masks(ep)  # a padding mask: one row of keys per batch, our prefill kernel's
         make_masks_additive(ep)  # once, not in every layer's attention call
         drop_copies_before_attention(ep)  # it reads q, k and v through their strides
+        scale_in_attention(ep)  # a power-of-two factor on the query: in the call's scale
     signature = ep.graph_signature
     scatter_into_whole_buffers(ep)
     state = write_state_in_place(ep)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from ..kernels.attention.lowering import takes
-from .attention_masks import set_argument
+from .attention_masks import fused_calls, set_argument
 
 aten = torch.ops.aten
 _FUSED = (aten._scaled_dot_product_efficient_attention.default, aten._scaled_dot_product_flash_attention.default)
@@ -67,11 +67,7 @@ def read_grouped_heads(ep) -> int:
     """Give each fused attention call of ``ep`` whose keys and values are ``repeat_kv``'s, and
     which the decode kernel or torch's flash kernel takes, the un-repeated ones; returns how many."""
     graph, rewritten = ep.graph, 0
-    for node in list(graph.nodes):
-        if node.op != "call_function" or node.target not in _FUSED:
-            continue
-        names = [a.name for a in node.target._schema.arguments]
-        bound = {**dict(zip(names, node.args)), **node.kwargs}
+    for node, bound in fused_calls(graph, _FUSED):
         keys, values, query = repeated_source(bound["key"]), repeated_source(bound["value"]), _shape(bound["query"])
         if keys is None or values is None or keys[1] != values[1] or query is None:
             continue
