@@ -65,3 +65,36 @@ def section_one_run(results: Path, sources: list[str], roofline: str) -> list[st
             f"Source: {', '.join(f'`{shown(p)}`' for p in paths)}. Device: {device}.", "",
             *table(["model", "floor", "eager", "reduce-overhead", "max-autotune", "ours, default", "ours, serving path",
                     "RO / default", "MA / default", "serving / floor"], body), ""]
+
+
+def section_library_share(results: Path, sources: list[str], text: str) -> list[str]:
+    """Each full-size model's default call and reduce-overhead's, one graph replay each, split by who
+    wrote the kernels (``benchmarks/kernel_profile.py --replay --compiled --out``): how much of ours is
+    library time reduce-overhead spends too, and the ratio that leaves within reach. A later file's row
+    replaces an earlier one's."""
+    paths = [results / name for name in sources]
+    if not all(p.is_file() for p in paths):
+        return []
+    rows = {r["model"].removeprefix("full/"): r for p in paths for r in jsonl(p) if "reduce_overhead" in r}
+    body = []
+    for model in (m for m in ONE_RUN_ORDER if m in rows):
+        ours, theirs = rows[model], rows[model]["reduce_overhead"]
+        own = ours.get("ours_us", 0.0) + ours.get("copies_us", 0.0)
+        body.append([model, f"{theirs['span_us']:.0f}", f"{ours['span_us']:.0f}",
+                     ratio(theirs["span_us"], ours["span_us"]), f"{ours.get('libraries_us', 0.0):.0f}",
+                     f"{theirs.get('libraries_us', 0.0):.0f}", f"{own:.0f}", f"{ours['gaps_us']:.0f}",
+                     ratio(theirs["span_us"], ours.get("libraries_us")),
+                     f"{max(0.0, theirs['span_us'] / 1.5 - ours.get('libraries_us', 0.0)):.0f}"])
+    return ["## What the library kernels leave", "",
+            ("One graph replay of each full-size model's default call and of reduce-overhead's, after 10 ms of "
+             "rest (the median of 9 by span; `benchmarks/kernel_profile.py full/MODEL --replay --compiled --out "
+             "DIR`, one process a model, one H100), each kernel's time taken as its share of the span: what it "
+             "ran past the kernels before it, so a kernel launched early and waiting on the GPU counts once. "
+             "*libraries*: cuBLAS, cuDNN and torch's attention, on either side the same kernels at large for "
+             "the same matmuls, convolutions and attention; *ours, own*: the package's kernels and its copies; "
+             "*gaps*: no kernel running. *ceiling*: reduce-overhead's span over our library share, the ratio "
+             "ours would reach if everything else took no time at all; *room at 1.5×*: what ours may spend "
+             "outside the libraries for 1.5× reduce-overhead's span. Microseconds." + text), "",
+            f"Source: {', '.join(f'`{shown(p)}`' for p in paths)}. Device: {device_of(results, sources[0])}.", "",
+            *table(["model", "reduce-overhead", "ours", "RO / ours", "libraries, ours", "libraries, RO",
+                    "ours, own", "gaps, ours", "ceiling", "room at 1.5×"], body), ""]
