@@ -156,20 +156,18 @@ def section_before_after(results: Path) -> list[str]:
     """Each change's package before and after it, in turn on one GPU (medians of the runs' medians)."""
     body, devices = [], set()
     for before, after in SOURCES["before_after"]:
-        runs = [[r for name in names for r in jsonl(_path(results, name)) if "ours_default_ms" in r]
-                for names in (before, after)]
-        (old, new), model = ([statistics.median(r["ours_default_ms"] for r in rs) for rs in runs],
-                             runs[0][0]["model"])
+        old, new = ([r for name in names for r in jsonl(_path(results, name)) if "ours_default_ms" in r]
+                    for names in (before, after))
+        old_ms, new_ms = (statistics.median(r["ours_default_ms"] for r in rows) for rows in (old, new))
         devices.add(device_of(results, before[0]))
-        body.append([model, str(len(runs[0])), ms(old), ms(new), f"{old / new:.3f}×"])
+        body.append([old[0]["model"], str(len(old)), ms(old_ms), ms(new_ms), f"{old_ms / new_ms:.3f}×"])
     return ["## Changes, before and after", "",
             ("The full-size package built before a change and after it, timed in turn on one GPU "
              "(`benchmarks/zoo_bench.py full/MODEL --no-compile`, each a process; the default call, ms, the "
              "median of the runs' medians). SD 1.5's UNet: GroupNorm's statistics a channel at a time "
              "(`builder/trace/group_norm.py`), every group taken (the build now leaves groups of fewer than "
              "8192 elements to Inductor: 17 launches fewer a call, not timed); Whisper-small: the query's "
-             "factor of 1/8 in attention's scale "
-             "(`builder/trace/attention_inputs.py`)."), "",
+             "factor of 1/8 in attention's scale (`builder/trace/attention_inputs.py`)."), "",
             f"Device: {'; '.join(sorted(devices))}.", "",
             *table(["model", "runs each", "before", "after", "before / after"], body), ""]
 

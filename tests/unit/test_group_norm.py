@@ -1,7 +1,8 @@
 """GroupNorm as each channel's statistics, then its group's (``trace/group_norm.py``): the same
 output, mean and rstd as torch's kernel (float32 to rounding, 16 bits to an ulp of the output's
-scale), its reduction a channel's pixels alone in the kernels Inductor writes, and the package's
-output, run by the interpreter, within fp16's rounding of eager's."""
+scale), small groups left to Inductor, the trace handing it to Inductor (not when counting
+torch.compile's own kernels), and the package's output, run by the interpreter, within fp16's
+rounding of eager's."""
 
 import pytest
 import torch
